@@ -1,0 +1,24 @@
+# `make run` and `make test` set everything up on a fresh machine (Python >= 3.11), then do their job.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test install clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade -c constraints.txt pip setuptools
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test,parquet]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/bench run suites/attention_scaling --quick
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) build *.egg-info

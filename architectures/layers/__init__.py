@@ -1,0 +1,1 @@
+"""Shared building blocks: the one attention, positions, norms, MLPs, residual wrappers."""

@@ -1,0 +1,210 @@
+"""The ``bench`` command line (click + rich): parses, calls the library, renders. No measuring here."""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from harness import registry
+from harness.env import fingerprint, usable_cores
+from harness.errors import BenchInputError
+from harness.executors import EXECUTORS, make_executor
+from harness.runner import RunOptions
+from harness.store import Store
+from harness.suite import list_suites, load_suite, parse_set
+from harness.timing import TimingConfig
+
+# Pipes and CI logs get a wide, fixed width so tables never fold; a terminal uses its own width.
+out = Console(width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+
+
+class BenchGroup(click.Group):
+    """Every error is one line on stderr: exit 2 for bad input, 1 for anything unexpected."""
+
+    def main(self, args: list[str] | None = None, **kw: Any) -> Any:  # type: ignore[override]
+        debug = "--debug" in (args if args is not None else sys.argv[1:])
+        try:
+            return super().main(args=args, standalone_mode=False, **kw)
+        except click.exceptions.Exit as exc:
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            err.print("bench: aborted")
+            sys.exit(130)
+        except click.UsageError as exc:
+            where = f" ({exc.ctx.command_path})" if exc.ctx else ""
+            click.echo(f"bench: error{where}: {exc.format_message()}", err=True)
+            sys.exit(2)
+        except BenchInputError as exc:
+            click.echo(f"bench: error: {exc}", err=True)
+            sys.exit(2)
+        except Exception as exc:  # noqa: BLE001
+            if debug:
+                raise
+            click.echo(f"bench: internal error: {type(exc).__name__}: {exc} (rerun with --debug)", err=True)
+            sys.exit(1)
+
+
+store_option = click.option("--store", "store_url", default=None, metavar="URL",
+                             help="SQLAlchemy URL of the results store (default: sqlite:///results/bench.sqlite).")
+debug_option = click.option("--debug", is_flag=True, help="Show tracebacks.")
+
+
+@click.group(cls=BenchGroup)
+@click.version_option(package_name="bench")
+def main() -> None:
+    """Benchmark and compare Transformers and their rivals; test the textbook trade-offs."""
+
+
+@main.command("list")
+@click.argument("what", type=click.Choice(["archs", "suites"]), default="archs")
+@click.argument("pattern", default="*")
+def list_cmd(what: str, pattern: str) -> None:
+    """List registered architectures (wildcards allowed) or built-in suites."""
+    if what == "archs":
+        for name in registry.list_archs(pattern):
+            spec = registry.get(name)
+            out.print(f"{name:<28} [dim]{spec.family:<12} {spec.description}[/]")
+        for ns in registry.namespaces():
+            out.print(f"{ns + ':NAME':<28} [dim]namespace (e.g. {ns}:resnet50)[/]")
+    else:
+        import fnmatch
+        for path in list_suites():
+            if fnmatch.fnmatch(path.stem, pattern):
+                out.print(f"{path.stem:<24} [dim]{path}[/]")
+
+
+@main.command("run")
+@click.argument("suite_ref", metavar="SUITE")
+@click.option("--quick", is_flag=True, help="Use the suite's [quick] sizes and shorter timing.")
+@click.option("--device", default=None, help="cpu, cuda or cuda:N (overrides the suite).")
+@store_option
+@click.option("--resume", is_flag=True, help="Complete the newest run of this suite instead of starting anew.")
+@click.option("--dry-run", is_flag=True, help="Validate and list the cases; measure and write nothing.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Pin a suite key (repeatable).")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=None, help="Per-case timeout in seconds.")
+@click.option("--executor", type=click.Choice(sorted(EXECUTORS)), default="process", show_default=True,
+              help="Where cases run: an isolated worker process, or inline (no isolation, no timeout).")
+@debug_option
+def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | None, resume: bool,
+            dry_run: bool, sets: tuple[str, ...], timeout: float | None, executor: str, debug: bool) -> None:
+    """Run SUITE (a path or a built-in suite name) and store every case as it finishes."""
+    pinned = parse_set(sets)
+    if device:
+        pinned["device"] = device
+    suite = load_suite(suite_ref, quick=quick, sets=pinned)
+    cases = list(suite.cases)
+    if dry_run:
+        for c in cases:
+            over = ", ".join(f"{k}={v}" for k, v in c.overrides)
+            out.print(f"{c.key}  {c.label()}  {over}")
+        out.print(f"[bold]{len(cases)} cases[/] in {suite.name} ({suite.path}); nothing measured or written")
+        return
+    store = Store(store_url)
+    run_id, todo = _open_run(store, suite, cases, resume, quick, timeout)
+    opts = RunOptions(timing=TimingConfig.quick() if quick else TimingConfig(),
+                      timeout_s=timeout or (120.0 if quick else 600.0), debug=debug)
+    failed = _execute(store, run_id, todo, opts, executor, len(cases))
+    _render_run(store, run_id, suite.plot.get("x"))
+    sys.exit(1 if failed else 0)
+
+
+def _open_run(store: Store, suite: Any, cases: list, resume: bool, quick: bool,
+              timeout: float | None) -> tuple[str, list]:
+    previous = store.resumable(suite.name, quick) if resume else None
+    if previous is not None:
+        done = store.stored_keys(previous["id"])
+        todo = [c for c in cases if c.key not in done]
+        store.reopen_run(previous["id"], max(previous["n_cases"], len(cases)))
+        err.print(f"resuming run {previous['id']}: {len(cases) - len(todo)} of {len(cases)} cases already stored")
+        return previous["id"], todo
+    if resume:
+        err.print(f"no earlier run of {suite.name} to resume; starting a new one")
+    threads = {c.workload.threads or usable_cores() for c in cases}
+    env = fingerprint(threads=max(threads))
+    options = {"quick": quick, "timeout": timeout, "argv": sys.argv[1:]}
+    run_id = store.create_run(suite.name, suite.path, quick, len(cases), env, options)
+    return run_id, cases
+
+
+def _execute(store: Store, run_id: str, todo: list, opts: RunOptions, executor_name: str, total: int) -> int:
+    """Run the cases, storing each as it finishes; returns the number of cases that errored."""
+    failed = 0
+    executor = make_executor(executor_name)
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("{task.fields[last]}"))
+    try:
+        with Progress(*columns, console=err, transient=False) as progress:
+            task = progress.add_task(run_id, total=total, completed=total - len(todo), last="")
+            for rec in executor.run(todo, opts):
+                store.add_record(run_id, rec)
+                failed += rec.status == "error"
+                median = rec.metrics.get("median_ms")
+                last = f"{rec.line} {rec.arch} → {rec.status}" + (f" {median:.2f} ms" if median else "")
+                progress.update(task, advance=1, last=last)
+    except KeyboardInterrupt:
+        store.finish_run(run_id, "interrupted")
+        err.print(f"interrupted: finished cases are stored; `bench run ... --resume` completes run {run_id}")
+        sys.exit(130)
+    finally:
+        executor.close()
+    store.finish_run(run_id, "done")
+    return failed
+
+
+def _render_run(store: Store, run_id: str, axis: str | None) -> None:
+    from reports.frames import exponents, sweep_axis
+    from reports.terminal import cases_table, exponents_table
+    rows = store.records(run_id)
+    axis = sweep_axis(rows, axis)
+    out.print(cases_table(rows, axis, title=f"run {run_id}"))
+    if axis and any(r["status"] == "ok" for r in rows):
+        out.print(exponents_table(exponents(rows, axis), axis))
+
+
+@main.command("runs")
+@store_option
+def runs_cmd(store_url: str | None) -> None:
+    """Stored runs, newest first."""
+    from reports.terminal import runs_table
+    out.print(runs_table(Store(store_url, create=False).list_runs()))
+
+
+@main.command("show")
+@click.argument("run_ref", metavar="RUN")
+@store_option
+def show_cmd(run_ref: str, store_url: str | None) -> None:
+    """One stored run as a table (RUN: an id, an id prefix, or `latest`)."""
+    store = Store(store_url, create=False)
+    run = store.get_run(run_ref)
+    _render_run(store, run["id"], None)
+
+
+@main.command("export")
+@click.argument("run_ref", metavar="RUN")
+@click.option("--format", "fmt", type=click.Choice(["csv", "json"]), required=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="File to write (default: stdout).")
+@store_option
+def export_cmd(run_ref: str, fmt: str, output: str | None, store_url: str | None) -> None:
+    """Export one run: JSON (one object per case) or CSV (the same, flattened)."""
+    from reports.export import to_csv, to_json
+    store = Store(store_url, create=False)
+    run = store.get_run(run_ref)
+    rows = store.records(run["id"])
+    text = to_json(run, rows) if fmt == "json" else to_csv(run, rows)
+    if output:
+        Path(output).write_text(text)
+        err.print(f"wrote {len(rows)} cases to {output}")
+    else:
+        click.echo(text, nl=False)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,16 @@
+"""Run cases in the calling process: no isolation and no timeout; for tests and debugging."""
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from harness.runner import RunOptions, run_case
+from harness.spec import Case, Record
+
+
+class InlineExecutor:
+    def run(self, cases: Sequence[Case], opts: RunOptions) -> Iterator[Record]:
+        for case in cases:
+            yield run_case(case, opts)
+
+    def close(self) -> None:
+        pass

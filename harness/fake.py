@@ -1,0 +1,34 @@
+"""Fake (meta-backed) placement: run a model's shapes with no memory and no arithmetic.
+
+A module built on the ``meta`` device is wrapped as fake tensors that *report* the target
+device, so dispatch picks the same kernels as a real run (e.g. the CPU flash SDPA), while
+nothing is allocated. FLOP counting and the memory guard run here. Usage::
+
+    mode = new_fake_mode()
+    model = build_fake(lambda: build(cfg), mode, device)   # outside ``with mode``
+    with mode:
+        inputs = make_inputs(...)                          # factories yield fake tensors
+        model(*inputs)
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+
+def new_fake_mode() -> FakeTensorMode:
+    """A FakeTensorMode that accepts the real tensors a model may hold (e.g. constants)."""
+    return FakeTensorMode(allow_non_fake_inputs=True)
+
+
+def build_fake(build: Callable[[], nn.Module], mode: FakeTensorMode, device: torch.device) -> nn.Module:
+    """Build ``build()`` on meta, then make every parameter and buffer a fake tensor on ``device``.
+
+    Call it with ``mode`` *not* entered (``_apply`` cannot swap tensors inside the mode).
+    """
+    with torch.device("meta"):
+        model = build()
+    return model._apply(lambda t: FakeTensor(mode, t, device) if t.device.type == "meta" else mode.from_tensor(t))

@@ -1,0 +1,144 @@
+"""Run one Case: resolve → fake pass (params, MACs, memory estimate, guard) → build → time → memory.
+
+Owns the mapping of failures to statuses: an out-of-memory is ``oom``, a case that cannot fit
+the memory budget is ``skipped`` with its estimate, anything else is ``error``. Timeouts and
+crashes are the executor's (a case cannot time itself out from inside).
+"""
+from __future__ import annotations
+
+import gc
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from harness import flops as flop_counter
+from harness import memory, registry
+from harness.env import usable_cores
+from harness.errors import BenchInputError
+from harness.fake import build_fake, new_fake_mode
+from harness.spec import ArchSpec, Case, Record, Workload
+from harness.stats import summarize
+from harness.steps import cast_inputs, make_step
+from harness.timing import TimingConfig, measure
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How cases are measured; the same for every case of a run."""
+
+    timing: TimingConfig = TimingConfig()
+    timeout_s: float = 300.0
+    memory_budget_bytes: int | None = None   # None: harness.memory.memory_budget(device)
+    debug: bool = False
+
+
+def resolved_threads(w: Workload) -> int:
+    return w.threads or usable_cores()
+
+
+def is_oom(exc: BaseException) -> bool:
+    if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text
+                                             or "failed to allocate" in text)
+
+
+def static_bytes(model: nn.Module, inputs: tuple) -> int:
+    """Bytes alive before a step runs: parameters, buffers and inputs."""
+    return memory.tensor_bytes(model) + memory.tensor_bytes(x for x in inputs if isinstance(x, torch.Tensor))
+
+
+def fake_pass(spec: ArchSpec, w: Workload, device: torch.device, want_flops: bool) -> dict[str, float]:
+    """Params, MACs/FLOPs and the estimated peak bytes, on fake tensors (no memory, no arithmetic)."""
+    dtype = w.torch_dtype
+    out: dict[str, float] = {}
+    mode = new_fake_mode()
+    model = build_fake(lambda: spec.build(spec.config).to(dtype), mode, device)
+    with mode:
+        inputs = cast_inputs(spec.make_inputs(spec.config, w, device), dtype)
+        out["params"] = float(flop_counter.count_params(model))
+        static = static_bytes(model, inputs)
+        if want_flops:
+            counted = flop_counter.count_model(model, inputs, w.mode)
+            out["macs"], out["flops"] = float(counted.macs), float(counted.flops)
+        out["est_peak_bytes"] = float(static + memory.estimate_peak(make_step(model, inputs, w.mode)))
+    return out
+
+
+def measure_case(case: Case, spec: ArchSpec, opts: RunOptions, metrics: dict[str, float]) -> list[float]:
+    """The real passes: timing, then memory in a separate pass. Fills ``metrics``; returns raw samples."""
+    w = case.workload
+    device = torch.device(w.device)
+    torch.manual_seed(0)
+    model = spec.build(spec.config).to(device=device, dtype=w.torch_dtype)
+    inputs = cast_inputs(spec.make_inputs(spec.config, w, device), w.torch_dtype)
+    step = make_step(model, inputs, w.mode)
+    samples: list[float] = []
+    if "latency" in case.metrics:
+        timed = measure(step, opts.timing, device)
+        samples = list(timed.samples_s)
+        metrics.update(summarize(samples))
+        metrics.update(cold_ms=timed.cold_s * 1e3, block_size=float(timed.block_size),
+                       throughput_per_s=w.batch_size / (metrics["median_ms"] / 1e3))
+    if "memory" in case.metrics:
+        static = static_bytes(model, inputs)
+        if device.type == "cuda":
+            metrics.update({k: float(v) for k, v in memory.measure_peak_cuda(step, device).items()})
+            metrics["peak_bytes"] = metrics["cuda_max_allocated_bytes"]
+        else:
+            peak = memory.measure_peak_cpu(step)
+            metrics["activation_peak_bytes"] = float(peak["tensor_peak_bytes"])
+            metrics["peak_bytes"] = float(static + peak["tensor_peak_bytes"])
+            if peak.get("rss_hwm_bytes") is not None:
+                metrics["rss_hwm_bytes"] = float(peak["rss_hwm_bytes"])
+                metrics["rss_delta_bytes"] = float(peak["rss_hwm_bytes"] - peak["rss_before_bytes"])
+    return samples
+
+
+def run_case(case: Case, opts: RunOptions) -> Record:
+    """Measure one case in this process and return its Record (never raises for a case's own failure)."""
+    t0 = time.perf_counter()
+    w = case.workload
+    threads = resolved_threads(w)
+    torch.set_num_threads(threads)
+    metrics: dict[str, float] = {"threads": float(threads)}
+    config: dict[str, Any] = {}
+
+    def done(status: str, message: str = "", samples: list[float] | None = None) -> Record:
+        return Record.for_case(case, status, message, config=config, metrics=metrics,
+                               samples_s=samples or [], duration_s=time.perf_counter() - t0)
+
+    try:
+        spec = registry.resolve(case.arch, **dict(case.overrides))
+        config = asdict(spec.config)
+        device = torch.device(w.device)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            return done("skipped", "CUDA is not available on this machine")
+        metrics.update(fake_pass(spec, w, device, "flops" in case.metrics))
+        budget = opts.memory_budget_bytes or memory.memory_budget(device)
+        if metrics["est_peak_bytes"] > budget:
+            return done("skipped", f"estimated peak {metrics['est_peak_bytes'] / MiB:,.0f} MiB exceeds the "
+                                   f"memory budget {budget / MiB:,.0f} MiB")
+        if not {"latency", "memory"} & set(case.metrics):
+            return done("ok")
+        samples = measure_case(case, spec, opts, metrics)
+        return done("ok", samples=samples)
+    except BenchInputError as exc:
+        return done("error", str(exc))
+    except Exception as exc:  # noqa: BLE001 — a case's failure is a result, the sweep goes on
+        status = "oom" if is_oom(exc) else "error"
+        message = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        if opts.debug:
+            message += "\n" + traceback.format_exc()
+        return done(status, message)
+    finally:
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()

@@ -1,0 +1,126 @@
+"""Plain data passed between the harness's modules: ArchSpec, Workload, Case, Record."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from harness.errors import BenchInputError
+
+DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+Mode = Literal["fwd", "fwd_bwd"]
+MODES: tuple[str, ...] = ("fwd", "fwd_bwd")
+METRICS: tuple[str, ...] = ("latency", "memory", "flops")
+STATUSES: tuple[str, ...] = ("ok", "oom", "timeout", "error", "skipped")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What a model is run on: sizes, numeric type, pass, device and CPU threads."""
+
+    batch_size: int = 1
+    seq_len: int | None = None
+    img_size: int | None = None
+    dtype: str = "fp32"
+    mode: str = "fwd"
+    device: str = "cpu"
+    threads: int = 0  # 0: the harness default (every core this process may use)
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "seq_len", "img_size"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+                raise BenchInputError(f"must be a positive integer, got {value!r}", where=name)
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 0:
+            raise BenchInputError(f"must be a non-negative integer, got {self.threads!r}", where="threads")
+        if self.dtype not in DTYPES:
+            raise BenchInputError(f"unknown dtype {self.dtype!r}; expected one of {sorted(DTYPES)}", where="dtype")
+        if self.mode not in MODES:
+            raise BenchInputError(f"unknown mode {self.mode!r}; expected one of {list(MODES)}", where="mode")
+        if not isinstance(self.device, str) or self.device.split(":")[0] not in ("cpu", "cuda", "mps"):
+            raise BenchInputError(f"unknown device {self.device!r}; expected cpu, cuda or cuda:N", where="device")
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+
+WORKLOAD_KEYS: frozenset[str] = frozenset(f.name for f in dataclasses.fields(Workload))
+
+Builder = Callable[[Any], nn.Module]
+InputMaker = Callable[[Any, Workload, torch.device], tuple[torch.Tensor, ...]]
+
+
+@dataclass(frozen=True)
+class ArchSpec:
+    """A registered architecture: a frozen config plus how to build it and make its inputs.
+
+    ``build(config)`` returns an ``nn.Module`` free of device/dtype/timers;
+    ``make_inputs(config, workload, device)`` returns the positional inputs of ``forward``.
+    """
+
+    name: str
+    family: str
+    config: Any
+    build: Builder
+    make_inputs: InputMaker
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measurement to take: an architecture with config overrides on one workload."""
+
+    suite: str
+    line: str
+    arch: str
+    overrides: tuple[tuple[str, Any], ...]
+    workload: Workload
+    metrics: tuple[str, ...]
+
+    @property
+    def key(self) -> str:
+        """Stable identity within a suite (used to resume and to align runs)."""
+        payload = {
+            "suite": self.suite,
+            "line": self.line,
+            "arch": self.arch,
+            "overrides": [list(kv) for kv in self.overrides],
+            "workload": dataclasses.asdict(self.workload),
+            "metrics": list(self.metrics),
+        }
+        blob = json.dumps(payload, sort_keys=True, default=str)
+        return hashlib.sha1(blob.encode()).hexdigest()[:16]
+
+    def label(self) -> str:
+        w = self.workload
+        sizes = ", ".join(f"{k}={v}" for k, v in (("seq_len", w.seq_len), ("img_size", w.img_size)) if v)
+        return f"{self.line} | {self.arch} | bs={w.batch_size} {sizes} {w.dtype} {w.mode}"
+
+
+@dataclass
+class Record:
+    """The outcome of one Case: status, message, the resolved config and every metric."""
+
+    case_key: str
+    suite: str
+    line: str
+    arch: str
+    status: str
+    message: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+    workload: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    samples_s: list[float] = field(default_factory=list)
+    duration_s: float = 0.0
+
+    @classmethod
+    def for_case(cls, case: Case, status: str, message: str = "", **kw: Any) -> "Record":
+        return cls(case.key, case.suite, case.line, case.arch, status, message,
+                   workload=dataclasses.asdict(case.workload), **kw)

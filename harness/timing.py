@@ -1,0 +1,241 @@
+"""Time a zero-argument callable: cold call, warm-up, blocked samples, adaptive stop.
+
+Defaults follow torch.utils.benchmark (blocked timing, block size from a warm-up estimate),
+triton's do_bench (CUDA events per sample, one synchronize per batch) and pyperf
+(warm-up, minimum samples / time). Threads are not touched here: the caller pins them.
+Exceptions raised by ``fn`` propagate unchanged.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+PATIENCE = 2.0
+"""A run whose rel-IQR stays above target stops once sampling has lasted PATIENCE * min_time_s."""
+_CALIBRATION_STEPS = 3
+
+
+@dataclass(frozen=True)
+class TimingConfig:
+    """How long and how often to run a callable; see ``measure_cpu`` for the stop rule."""
+
+    warmup_calls: int = 3  # at least this many warm-up calls...
+    warmup_s: float = 0.025  # ...and at least this long
+    min_samples: int = 30
+    min_time_s: float = 0.5
+    max_time_s: float = 10.0  # cap per case, cold call and warm-up included (>= 3 samples anyway)
+    target_rel_iqr: float = 0.05  # adaptive stop once IQR/median below this
+    min_sample_s: float = 1e-3  # faster calls are timed in blocks of k calls, sample = block / k
+
+    def __post_init__(self) -> None:
+        if self.warmup_calls < 0 or self.min_samples < 1:
+            raise ValueError("warmup_calls must be >= 0 and min_samples >= 1")
+        if min(self.warmup_s, self.min_time_s, self.min_sample_s) < 0 or self.max_time_s <= 0:
+            raise ValueError("times must be non-negative and max_time_s positive")
+
+    @classmethod
+    def quick(cls) -> TimingConfig:
+        """A short configuration for smoke runs and tests."""
+        return cls(min_samples=10, min_time_s=0.2, max_time_s=2.0)
+
+
+@dataclass(frozen=True)
+class TimingResult:
+    """Raw outcome of one ``measure`` call; summarize ``samples_s`` with ``harness.stats``."""
+
+    cold_s: float  # the very first call, timed alone (includes lazy init)
+    samples_s: tuple[float, ...]  # per-call seconds, one per sample (block time / block size)
+    block_size: int  # calls per sample
+    warmup_calls: int
+    total_s: float  # wall time spent in measure()
+    clock: str  # "perf_counter" or "cuda_event"
+
+
+def _rel_iqr(samples: list[float]) -> float:
+    q1, med, q3 = np.percentile(samples, [25, 50, 75])
+    return float((q3 - q1) / med) if med > 0 else math.inf
+
+
+class _StopRule:
+    """The adaptive stop rule; rel-IQR is recomputed only after n grows ~10%, so checks stay cheap."""
+
+    def __init__(self, config: TimingConfig) -> None:
+        self._cfg = config
+        self._next_check = config.min_samples
+
+    def done(self, samples: list[float], sampling_s: float, total_s: float) -> bool:
+        cfg, n = self._cfg, len(samples)
+        if n < 3:
+            return False
+        if total_s >= cfg.max_time_s:
+            return True
+        if n < cfg.min_samples or sampling_s < cfg.min_time_s:
+            return False
+        if sampling_s >= PATIENCE * cfg.min_time_s:
+            return True
+        if n < self._next_check:
+            return False
+        self._next_check = n + max(1, n // 10)
+        return _rel_iqr(samples) < cfg.target_rel_iqr
+
+
+def _block_size(per_call_s: float, config: TimingConfig) -> int:
+    """Smallest k with k * per_call_s >= min_sample_s (at least 1)."""
+    if per_call_s >= config.min_sample_s:
+        return 1
+    return max(1, math.ceil(config.min_sample_s / max(per_call_s, 1e-9)))
+
+
+def measure_cpu(fn: Callable[[], object], config: TimingConfig) -> TimingResult:
+    """Time ``fn`` with ``time.perf_counter``.
+
+    1. Cold: the first call is timed alone (``cold_s``).
+    2. Warm-up: calls until at least ``warmup_calls`` were made AND ``warmup_s`` elapsed.
+    3. Block size k = ceil(min_sample_s / warm-up mean per call), at least 1. When k > 1
+       the warm-up mean is inflated by its per-call clock reads, so a block of k calls is
+       timed and k rescaled from it until a block lasts >= min_sample_s (at most
+       _CALIBRATION_STEPS blocks, counted in ``warmup_calls``).
+    4. Samples: each sample times a block of k calls and stores block_time / k. After each
+       sample, stop when (checked in this order):
+       a. n >= 3 and total time in measure() >= max_time_s  (hard cap; n may be < min_samples);
+       b. n >= min_samples and sampling time >= min_time_s and
+          (sampling time >= PATIENCE * min_time_s or IQR/median < target_rel_iqr).
+       IQR/median is a property of the noise, not of n, so a noisy run is only extended
+       to PATIENCE * min_time_s (to ride out transients and narrow the median's CI);
+       it is re-evaluated only when n has grown by ~10% since the last evaluation.
+    """
+    clock = time.perf_counter
+    repeat = itertools.repeat
+    t_start = clock()
+    fn()
+    cold_s = clock() - t_start
+
+    n_warm = 0
+    w_start = clock()
+    while True:
+        fn()
+        n_warm += 1
+        w_elapsed = clock() - w_start
+        if n_warm >= config.warmup_calls and w_elapsed >= config.warmup_s:
+            break
+    k = _block_size(w_elapsed / n_warm, config)
+    for _ in range(_CALIBRATION_STEPS if k > 1 else 0):
+        t0 = clock()
+        for _ in repeat(None, k):
+            fn()
+        block_s = clock() - t0
+        n_warm += k
+        if block_s >= config.min_sample_s:
+            break
+        k = _block_size(block_s / k, config)
+
+    samples: list[float] = []
+    append = samples.append
+    stop = _StopRule(config)
+    s_start = clock()
+    while True:
+        t0 = clock()
+        for _ in repeat(None, k):
+            fn()
+        t1 = clock()
+        append((t1 - t0) / k)
+        if stop.done(samples, t1 - s_start, t1 - t_start):
+            break
+    return TimingResult(
+        cold_s=cold_s,
+        samples_s=tuple(samples),
+        block_size=k,
+        warmup_calls=n_warm,
+        total_s=clock() - t_start,
+        clock="perf_counter",
+    )
+
+
+def measure_cuda(
+    fn: Callable[[], object], config: TimingConfig, device: torch.device | str = "cuda"
+) -> TimingResult:
+    """Time ``fn`` on a CUDA device with events recorded on the current stream.
+
+    ``fn`` must enqueue its work on the current stream of ``device``. The cold call is
+    timed by wall clock between two synchronizes. Warm-up runs in chunks (warmup_calls,
+    then doubling), each bracketed by events and ended by one synchronize, until at least
+    ``warmup_calls`` calls and ``warmup_s`` of wall time; the last chunk's event time per
+    call gives the block size k, as in ``measure_cpu``. Samples are taken in batches of
+    about min_time_s / 10 of GPU time: per sample a start/end event pair around k calls,
+    then ONE synchronize per batch, after which the samples are read and the stop rule of
+    ``measure_cpu`` is evaluated on wall-clock times.
+    """
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        raise ValueError(f"measure_cuda needs a cuda device, got {dev}")
+    clock = time.perf_counter
+    repeat = itertools.repeat
+    event = torch.cuda.Event
+    with torch.cuda.device(dev):
+        stream = torch.cuda.current_stream(dev)
+        t_start = clock()
+        torch.cuda.synchronize(dev)
+        t0 = clock()
+        fn()
+        torch.cuda.synchronize(dev)
+        cold_s = clock() - t0
+
+        start, end = event(enable_timing=True), event(enable_timing=True)
+        n_warm, chunk, w_start = 0, max(1, config.warmup_calls), clock()
+        while True:
+            start.record(stream)
+            for _ in repeat(None, chunk):
+                fn()
+            end.record(stream)
+            torch.cuda.synchronize(dev)
+            n_warm += chunk
+            per_call_s = start.elapsed_time(end) * 1e-3 / chunk
+            if n_warm >= config.warmup_calls and clock() - w_start >= config.warmup_s:
+                break
+            chunk *= 2
+        k = _block_size(per_call_s, config)
+        batch_s = max(config.min_time_s / 10.0, 1e-3)
+        n_batch = min(1000, max(1, math.ceil(batch_s / max(k * per_call_s, 1e-9))))
+        starts = [event(enable_timing=True) for _ in range(n_batch)]
+        ends = [event(enable_timing=True) for _ in range(n_batch)]
+
+        samples: list[float] = []
+        stop = _StopRule(config)
+        s_start = clock()
+        while True:
+            for s_ev, e_ev in zip(starts, ends):
+                s_ev.record(stream)
+                for _ in repeat(None, k):
+                    fn()
+                e_ev.record(stream)
+            torch.cuda.synchronize(dev)
+            now = clock()
+            samples.extend(s.elapsed_time(e) * 1e-3 / k for s, e in zip(starts, ends))
+            if stop.done(samples, now - s_start, now - t_start):
+                break
+    return TimingResult(
+        cold_s=cold_s,
+        samples_s=tuple(samples),
+        block_size=k,
+        warmup_calls=n_warm,
+        total_s=clock() - t_start,
+        clock="cuda_event",
+    )
+
+
+def measure(
+    fn: Callable[[], object], config: TimingConfig, device: torch.device | str = "cpu"
+) -> TimingResult:
+    """Time ``fn`` on ``device``: ``measure_cpu`` for cpu, ``measure_cuda`` for cuda."""
+    dev = torch.device(device)
+    if dev.type == "cpu":
+        return measure_cpu(fn, config)
+    if dev.type == "cuda":
+        return measure_cuda(fn, config, dev)
+    raise ValueError(f"unsupported device type for timing: {dev.type!r}")

@@ -1,0 +1,1 @@
+"""Views of stored results: frames, terminal tables, exports."""

@@ -1,0 +1,1 @@
+"""Built-in suite files (*.toml); shipped as package data."""

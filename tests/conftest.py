@@ -1,0 +1,52 @@
+"""Shared fixtures: temporary suite files and stores, a CLI runner."""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from harness.cli import main
+
+TINY_SUITE = """
+name = "tiny"
+metrics = ["latency", "memory", "flops"]
+fixed = { arch = "decoder-tiny", batch_size = 1 }
+sweep = { seq_len = [16, 32, 64] }
+plot = { x = "seq_len", y = "median_ms" }
+[lines]
+MHA = { n_kv_heads = 4 }
+MQA = { n_kv_heads = 1 }
+"""
+
+
+def pytest_collection_modifyitems(config, items):
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords and not torch.cuda.is_available():
+            item.add_marker(skip_gpu)
+
+
+@pytest.fixture
+def write_suite(tmp_path: Path):
+    def write(text: str, name: str = "suite.toml") -> Path:
+        path = tmp_path / name
+        path.write_text(textwrap.dedent(text))
+        return path
+    return write
+
+
+@pytest.fixture
+def store_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'results.sqlite'}"
+
+
+@pytest.fixture
+def cli():
+    runner = CliRunner()
+
+    def invoke(*args: str):
+        return runner.invoke(main, list(args), catch_exceptions=False)
+    return invoke

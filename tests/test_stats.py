@@ -1,0 +1,137 @@
+"""Known inputs -> known outputs for harness.stats."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from harness.stats import NOISY_REL_IQR, Fit, compare, fit_loglog, median_ci_indices, summarize
+
+
+def test_summarize_matches_numpy() -> None:
+    rng = np.random.default_rng(1)
+    x = rng.lognormal(mean=-6.0, sigma=0.2, size=101)  # seconds, ~2.5 ms
+    s = summarize(x.tolist())
+    ms = x * 1e3
+    q1, med, q3, p90, p99 = np.percentile(ms, [25, 50, 75, 90, 99])
+    assert s["median_ms"] == pytest.approx(med)
+    assert s["mean_ms"] == pytest.approx(ms.mean())
+    assert s["stdev_ms"] == pytest.approx(ms.std(ddof=1))
+    assert s["min_ms"] == pytest.approx(ms.min()) and s["max_ms"] == pytest.approx(ms.max())
+    assert (s["q1_ms"], s["q3_ms"]) == pytest.approx((q1, q3))
+    assert s["iqr_ms"] == pytest.approx(q3 - q1)
+    assert (s["p90_ms"], s["p99_ms"]) == pytest.approx((p90, p99))
+    assert s["rel_iqr"] == pytest.approx((q3 - q1) / med)
+    assert s["n_samples"] == 101.0
+
+
+def test_summarize_known_values() -> None:
+    s = summarize([0.001, 0.002, 0.003, 0.004, 0.005])
+    assert s["median_ms"] == pytest.approx(3.0)
+    assert s["q1_ms"] == pytest.approx(2.0) and s["q3_ms"] == pytest.approx(4.0)
+    assert s["rel_iqr"] == pytest.approx(2.0 / 3.0)
+    assert s["noisy"] == 1.0
+    # n = 5 is too small for a 95% order-statistic CI: falls back to min/max
+    assert (s["ci_low_ms"], s["ci_high_ms"]) == pytest.approx((1.0, 5.0))
+
+
+def test_summarize_single_sample_and_quiet_flag() -> None:
+    s = summarize([0.002])
+    assert s["median_ms"] == s["min_ms"] == s["max_ms"] == s["ci_low_ms"] == pytest.approx(2.0)
+    assert s["stdev_ms"] == 0.0 and s["noisy"] == 0.0
+    quiet = summarize([0.01 * (1 + 0.001 * i) for i in range(50)])
+    assert quiet["rel_iqr"] < NOISY_REL_IQR and quiet["noisy"] == 0.0
+
+
+def test_summarize_empty_raises() -> None:
+    with pytest.raises(ValueError):
+        summarize([])
+
+
+def test_median_ci_indices_textbook_value() -> None:
+    # Classic table value: for n = 100 the 95% CI of the median is x_(40)..x_(61) (1-based).
+    assert median_ci_indices(100) == (39, 60)
+    assert median_ci_indices(5) == (0, 4)
+    assert median_ci_indices(1) == (0, 0)
+
+
+def test_ci_contains_median_and_widens_with_noise() -> None:
+    rng = np.random.default_rng(2)
+    base = 1e-3
+    quiet = base * (1 + 0.01 * rng.standard_normal(200))
+    noisy = base * (1 + 0.20 * rng.standard_normal(200))
+    sq, sn = summarize(quiet), summarize(noisy)
+    for s in (sq, sn):
+        assert s["ci_low_ms"] <= s["median_ms"] <= s["ci_high_ms"]
+    assert (sn["ci_high_ms"] - sn["ci_low_ms"]) > 5 * (sq["ci_high_ms"] - sq["ci_low_ms"])
+
+
+def test_ci_coverage_is_about_95_percent() -> None:
+    rng = np.random.default_rng(3)
+    hits = 0
+    trials = 400
+    for _ in range(trials):
+        x = rng.exponential(1.0, size=60)  # true median ln 2
+        s = summarize(x)
+        hits += s["ci_low_ms"] / 1e3 <= math.log(2) <= s["ci_high_ms"] / 1e3
+    assert 0.92 <= hits / trials <= 0.995
+
+
+def test_fit_loglog_exact_power_law() -> None:
+    x = [1, 2, 4, 8, 16, 32]
+    y = [3 * v**2 for v in x]
+    fit = fit_loglog(x, y)
+    assert isinstance(fit, Fit)
+    assert fit.exponent == pytest.approx(2.0, abs=1e-12)
+    assert fit.intercept == pytest.approx(math.log(3.0))
+    assert fit.r2 == pytest.approx(1.0)
+    assert fit.n == 6
+    assert fit.ci_low == pytest.approx(2.0) and fit.ci_high == pytest.approx(2.0)
+
+
+def test_fit_loglog_noisy_ci_contains_truth() -> None:
+    rng = np.random.default_rng(4)
+    x = np.geomspace(64, 4096, 12)
+    y = 1e-6 * x**1.5 * np.exp(0.05 * rng.standard_normal(x.size))
+    fit = fit_loglog(x, y)
+    assert fit is not None
+    assert fit.ci_low < 1.5 < fit.ci_high
+    assert fit.ci_high - fit.ci_low < 0.2
+
+
+def test_fit_loglog_drops_bad_points_and_edge_cases() -> None:
+    fit = fit_loglog([0, 1, 2, 4, float("nan"), 8], [5, 1, 2, 4, 1, -1])
+    assert fit is not None and fit.n == 3 and fit.exponent == pytest.approx(1.0)
+    two = fit_loglog([1, 2], [1, 4])
+    assert two is not None and two.exponent == pytest.approx(2.0)
+    assert math.isnan(two.ci_low) and math.isnan(two.ci_high)
+    assert fit_loglog([1], [1]) is None
+    assert fit_loglog([2, 2, 2], [1, 2, 3]) is None
+    assert fit_loglog([], []) is None
+
+
+def test_compare_verdicts() -> None:
+    rng = np.random.default_rng(5)
+    a = 1e-3 * (1 + 0.02 * rng.standard_normal(100))
+    b_slow = 1.3e-3 * (1 + 0.02 * rng.standard_normal(100))
+    b_fast = 0.7e-3 * (1 + 0.02 * rng.standard_normal(100))
+    slow = compare(a, b_slow)
+    assert slow["verdict"] == "slower"
+    assert slow["ci_low"] < slow["ratio"] < slow["ci_high"]
+    assert slow["ratio"] == pytest.approx(1.3, rel=0.02)
+    assert compare(a, b_fast)["verdict"] == "faster"
+    same = compare(a, a)
+    assert same["verdict"] == "same" and same["ratio"] == 1.0
+    # a 1% shift with tight noise may be "significant" but is below the 2% practical threshold
+    assert compare(a, a * 1.01)["verdict"] == "same"
+
+
+def test_compare_is_reproducible_and_rejects_empty() -> None:
+    rng = np.random.default_rng(6)
+    a, b = rng.lognormal(0, 0.3, 40), rng.lognormal(0.1, 0.3, 40)
+    assert compare(a, b) == compare(a, b)
+    with pytest.raises(ValueError):
+        compare([], [1.0])
+    with pytest.raises(ValueError):
+        compare([1.0], [])
