@@ -114,6 +114,10 @@ PRESETS: dict[str, TransformerConfig] = {
     "decoder-base": TransformerConfig(vocab_size=32000, d_model=768, n_layers=12, n_heads=12),
 }
 
+SMALL = (("vocab_size", 64), ("d_model", 32), ("n_layers", 2), ("n_heads", 4))
+
 for _name, _cfg in PRESETS.items():
+    _small = SMALL + ((("n_kv_heads", min(_cfg.kv_heads, 2)),) if _cfg.n_kv_heads is not None else ())
     register(ArchSpec(_name, "decoder", _cfg, Decoder, token_inputs,
-                      f"decoder-only, d={_cfg.d_model}, L={_cfg.n_layers}, h={_cfg.n_heads}, kv={_cfg.kv_heads}"))
+                      f"decoder-only, d={_cfg.d_model}, L={_cfg.n_layers}, h={_cfg.n_heads}, kv={_cfg.kv_heads}",
+                      small=_small))

@@ -62,7 +62,10 @@ class ArchSpec:
     """A registered architecture: a frozen config plus how to build it and make its inputs.
 
     ``build(config)`` returns an ``nn.Module`` free of device/dtype/timers;
-    ``make_inputs(config, workload, device)`` returns the positional inputs of ``forward``.
+    ``make_inputs(config, workload, device)`` returns the positional inputs of ``forward``;
+    ``small`` holds config overrides that make a tiny version (tests, smoke runs);
+    ``cost(config, workload)`` gives analytic figures — ``{"params": int, "macs": int, ...}`` with
+    forward MACs as :func:`harness.flops.count_model` counts them (eval, no_grad) — or is None.
     """
 
     name: str
@@ -71,6 +74,8 @@ class ArchSpec:
     build: Builder
     make_inputs: InputMaker
     description: str = ""
+    small: tuple[tuple[str, Any], ...] = ()
+    cost: Callable[[Any, "Workload"], dict[str, int]] | None = None
 
 
 @dataclass(frozen=True)

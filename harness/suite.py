@@ -160,6 +160,9 @@ def _case(suite: str, line: str, params: dict[str, Any], metrics: tuple[str, ...
     workload_kw = {k: v for k, v in params.items() if k in WORKLOAD_KEYS}
     overrides = {k: v for k, v in params.items() if k not in WORKLOAD_KEYS}
     workload = Workload(**workload_kw)
+    # A workload's image size is also the model's where its config has one (ViT position tables).
+    if workload.img_size and hasattr(registry.get(arch).config, "img_size"):
+        overrides["img_size"] = workload.img_size
     registry.resolve(arch, **overrides)       # validates names, types and the config's own rules
     return Case(suite, line, arch, tuple(sorted(overrides.items())), workload, metrics)
 

@@ -8,18 +8,13 @@ from harness import registry
 from harness.errors import BenchInputError
 from harness.spec import ArchSpec, Workload
 
-TINY = dict(d_model=32, n_layers=2, n_heads=4, vocab_size=64)
-
-
 @pytest.mark.parametrize("name", registry.list_archs())
 def test_every_preset_builds_runs_and_backprops(name):
     spec = registry.get(name)
-    small = {k: v for k, v in TINY.items() if hasattr(spec.config, k)}
-    if getattr(spec.config, "n_kv_heads", None) not in (None, 1):
-        small["n_kv_heads"] = 2
-    spec = registry.resolve(name, **small)
+    assert spec.small, f"{name} declares no `small` overrides for tests"
+    spec = registry.resolve(name, **dict(spec.small))
     model = spec.build(spec.config)
-    inputs = spec.make_inputs(spec.config, Workload(batch_size=2, seq_len=8, img_size=32), torch.device("cpu"))
+    inputs = spec.make_inputs(spec.config, Workload(batch_size=2, seq_len=8), torch.device("cpu"))
     out = model(*inputs)
     assert out.shape[0] == 2 and torch.isfinite(out).all()
     out.float().sum().backward()
