@@ -40,11 +40,14 @@ def register_namespace(prefix: str, resolver: Callable[[str], ArchSpec]) -> None
 
 
 def _ensure_loaded() -> None:
+    """Import the built-in architectures, then installed plug-ins (entry points), once."""
     global _loaded
     if not _loaded:
         _loaded = True
         for module in _BUILTIN_MODULES:
             importlib.import_module(module)
+        from harness.plugins import load_entry_points
+        load_entry_points()
 
 
 def list_archs(pattern: str = "*") -> list[str]:
