@@ -15,6 +15,7 @@ from harness import registry
 from harness.env import fingerprint, usable_cores
 from harness.errors import BenchInputError
 from harness.executors import EXECUTORS, make_executor
+from harness.plugins import load_files as load_plugin_files
 from harness.runner import RunOptions
 from harness.store import Store
 from harness.suite import list_suites, load_suite, parse_set
@@ -54,6 +55,14 @@ class BenchGroup(click.Group):
 store_option = click.option("--store", "store_url", default=None, metavar="URL",
                              help="SQLAlchemy URL of the results store (default: sqlite:///results/bench.sqlite).")
 debug_option = click.option("--debug", is_flag=True, help="Show tracebacks.")
+plugin_option = click.option("--plugin", "plugins", multiple=True, metavar="FILE.py",
+                              help="A Python file that registers architectures (repeatable).")
+
+
+def _load_plugins(plugins: tuple[str, ...]) -> tuple[str, ...]:
+    """Import the --plugin files here; returns their absolute paths for the worker processes."""
+    load_plugin_files(plugins)
+    return tuple(str(Path(p).resolve()) for p in plugins)
 
 
 @click.group(cls=BenchGroup)
@@ -65,8 +74,10 @@ def main() -> None:
 @main.command("list")
 @click.argument("what", type=click.Choice(["archs", "suites"]), default="archs")
 @click.argument("pattern", default="*")
-def list_cmd(what: str, pattern: str) -> None:
+@plugin_option
+def list_cmd(what: str, pattern: str, plugins: tuple[str, ...]) -> None:
     """List registered architectures (wildcards allowed) or built-in suites."""
+    _load_plugins(plugins)
     if what == "archs":
         for name in registry.list_archs(pattern):
             spec = registry.get(name)
@@ -91,10 +102,13 @@ def list_cmd(what: str, pattern: str) -> None:
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=None, help="Per-case timeout in seconds.")
 @click.option("--executor", type=click.Choice(sorted(EXECUTORS)), default="process", show_default=True,
               help="Where cases run: an isolated worker process, or inline (no isolation, no timeout).")
+@plugin_option
 @debug_option
 def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | None, resume: bool,
-            dry_run: bool, sets: tuple[str, ...], timeout: float | None, executor: str, debug: bool) -> None:
+            dry_run: bool, sets: tuple[str, ...], timeout: float | None, executor: str,
+            plugins: tuple[str, ...], debug: bool) -> None:
     """Run SUITE (a path or a built-in suite name) and store every case as it finishes."""
+    plugin_files = _load_plugins(plugins)
     pinned = parse_set(sets)
     if device:
         pinned["device"] = device
@@ -109,7 +123,7 @@ def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | No
     store = Store(store_url)
     run_id, todo = _open_run(store, suite, cases, resume, quick, timeout)
     opts = RunOptions(timing=TimingConfig.quick() if quick else TimingConfig(),
-                      timeout_s=timeout or (120.0 if quick else 600.0), debug=debug)
+                      timeout_s=timeout or (120.0 if quick else 600.0), debug=debug, plugins=plugin_files)
     failed = _execute(store, run_id, todo, opts, executor, len(cases))
     _render_run(store, run_id, suite.plot.get("x"))
     sys.exit(1 if failed else 0)

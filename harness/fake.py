@@ -27,8 +27,15 @@ def new_fake_mode() -> FakeTensorMode:
 def build_fake(build: Callable[[], nn.Module], mode: FakeTensorMode, device: torch.device) -> nn.Module:
     """Build ``build()`` on meta, then make every parameter and buffer a fake tensor on ``device``.
 
-    Call it with ``mode`` *not* entered (``_apply`` cannot swap tensors inside the mode).
+    Call it with ``mode`` *not* entered (``_apply`` cannot swap tensors inside the mode). A model
+    whose constructor reads tensor data (torchvision's RegNet computes stage widths from tensors)
+    cannot be built on meta: it is built for real on the CPU once and then converted.
     """
-    with torch.device("meta"):
-        model = build()
-    return model._apply(lambda t: FakeTensor(mode, t, device) if t.device.type == "meta" else mode.from_tensor(t))
+    try:
+        with torch.device("meta"):
+            model = build()
+    except (NotImplementedError, RuntimeError):
+        with torch.device("cpu"):
+            model = build()
+    return model._apply(lambda t: FakeTensor(mode, t, device) if t.device.type == "meta"
+                        else FakeTensor(mode, t.to("meta"), device))

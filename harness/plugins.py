@@ -29,7 +29,7 @@ def load_entry_points() -> list[str]:
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         try:
             ep.load()
-        except Exception as exc:  # noqa: BLE001 — a broken plug-in is named, not a traceback
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 — a broken plug-in is named, not a traceback
             raise BenchInputError(f"plug-in {ep.name!r} ({ep.value}) failed to import: {exc}",
                                   where=ENTRY_POINT_GROUP) from None
         names.append(ep.name)
@@ -53,7 +53,7 @@ def load_file(path: str | Path) -> str:
         spec.loader.exec_module(module)
     except BenchInputError:
         raise
-    except Exception as exc:  # noqa: BLE001
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 — a plug-in may not end or crash bench
         del sys.modules[name]
         raise BenchInputError(f"plug-in failed to import: {type(exc).__name__}: {exc}", where=str(path)) from None
     _loaded_files[resolved] = name

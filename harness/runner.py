@@ -20,6 +20,7 @@ from harness import memory, registry
 from harness.env import usable_cores
 from harness.errors import BenchInputError
 from harness.fake import build_fake, new_fake_mode
+from harness.plugins import load_files as load_plugin_files
 from harness.spec import ArchSpec, Case, Record, Workload
 from harness.stats import summarize
 from harness.steps import cast_inputs, make_step
@@ -36,6 +37,7 @@ class RunOptions:
     timeout_s: float = 300.0
     memory_budget_bytes: int | None = None   # None: harness.memory.memory_budget(device)
     debug: bool = False
+    plugins: tuple[str, ...] = ()   # plug-in files (``--plugin``), imported once per process before a case
 
 
 def resolved_threads(w: Workload) -> int:
@@ -64,11 +66,17 @@ def fake_pass(spec: ArchSpec, w: Workload, device: torch.device, want_flops: boo
     with mode:
         inputs = cast_inputs(spec.make_inputs(spec.config, w, device), dtype)
         out["params"] = float(flop_counter.count_params(model))
-        static = static_bytes(model, inputs)
-        if want_flops:
-            counted = flop_counter.count_model(model, inputs, w.mode)
+        step = make_step(model, inputs, w.mode)
+        peak: list[int] = []
+        if want_flops:   # one fake step both counted and tracked: fake dispatch is the cost here
+            counted = flop_counter.count_flops(lambda: peak.append(memory.estimate_peak(step)))
             out["macs"], out["flops"] = float(counted.macs), float(counted.flops)
-        out["est_peak_bytes"] = float(static + memory.estimate_peak(make_step(model, inputs, w.mode)))
+        else:
+            peak.append(memory.estimate_peak(step))
+        out["est_peak_bytes"] = float(static_bytes(model, inputs) + peak[0])
+        if spec.cost is not None:
+            names = {"macs": "analytic_fwd_macs"}   # cost() gives forward MACs whatever the mode
+            out.update({names.get(k, f"analytic_{k}"): float(v) for k, v in spec.cost(spec.config, w).items()})
     return out
 
 
@@ -116,6 +124,7 @@ def run_case(case: Case, opts: RunOptions) -> Record:
                                samples_s=samples or [], duration_s=time.perf_counter() - t0)
 
     try:
+        load_plugin_files(opts.plugins)    # a spawned worker has only the built-ins until it imports these
         spec = registry.resolve(case.arch, **dict(case.overrides))
         config = asdict(spec.config)
         device = torch.device(w.device)

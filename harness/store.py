@@ -93,6 +93,8 @@ class Store:
             raise BenchInputError(f"cannot open results store {self.url}: {exc.orig}", where="--store") from None
         except ImportError as exc:
             raise BenchInputError(f"no driver for {self.url}: {exc}", where="--store") from None
+        except ArgumentError as exc:     # NoSuchModuleError: an unknown dialect or driver name
+            raise BenchInputError(f"no database driver for {self.url}: {exc}", where="--store") from None
 
     # -- writing ---------------------------------------------------------------------------
     def create_run(self, suite: str, suite_path: str, quick: bool, n_cases: int,

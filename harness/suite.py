@@ -147,8 +147,21 @@ def _build(data: dict, path: Path, quick: bool, sets: dict[str, Any]) -> Suite:
             try:
                 cases.append(_case(name, label, params, tuple(metrics)))
             except BenchInputError as exc:
-                raise BenchInputError(str(exc), where=f"lines.{label}" if label in over_labels else None) from None
+                raise BenchInputError(str(exc), where=_origin(exc.where, label, over, sets, fixed, sweep,
+                                                              _table(q, "fixed") if quick else {},
+                                                              label in over_labels)) from None
     return Suite(name, description, str(path), tuple(metrics), plot, tuple(lines), tuple(cases), quick)
+
+
+def _origin(key: str | None, label: str, over: dict, sets: dict, fixed: dict, sweep: dict, quick_fixed: dict,
+            line_has_table: bool) -> str | None:
+    """Where a bad case key came from: the line, ``--set``, the sweep, ``quick.fixed`` or ``fixed``."""
+    if key in over:
+        return f"lines.{label}"
+    for origin, table in (("--set", sets), ("sweep", sweep), ("quick.fixed", quick_fixed), ("fixed", fixed)):
+        if key in table:
+            return origin
+    return f"lines.{label}" if line_has_table else None     # a rule across keys (e.g. heads vs width)
 
 
 def _case(suite: str, line: str, params: dict[str, Any], metrics: tuple[str, ...]) -> Case:

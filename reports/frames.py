@@ -32,16 +32,26 @@ def tidy_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
         subset=["value"])
 
 
+def value(row: dict[str, Any], key: str) -> Any:
+    """A case's value of ``key``: a workload field, else a config field (None if neither)."""
+    if key in row["workload"]:
+        return row["workload"][key]
+    return row["config"].get(key)
+
+
 def sweep_axis(rows: list[dict[str, Any]], preferred: str | None = None) -> str | None:
-    """The workload field that varies within a line (``preferred`` first)."""
+    """The workload or config field that varies within a line (``preferred`` first)."""
     if not rows:
         return None
-    fields = list(rows[0]["workload"])
+    fields = list(rows[0]["workload"]) + list(rows[0]["config"])
     if preferred in fields:
         return preferred
-    for f in fields:
-        if len({r["workload"][f] for r in rows}) > 1:
-            return f
+    for line in dict.fromkeys(r["line"] for r in rows):
+        same_line = [r for r in rows if r["line"] == line]
+        for f in fields:
+            values = {repr(value(r, f)) for r in same_line}
+            if len(values) > 1:
+                return f
     return None
 
 
@@ -52,9 +62,10 @@ def exponents(rows: list[dict[str, Any]], x: str) -> dict[str, dict[str, Fit | N
     """Per line, the fitted log-log exponent of MACs, latency and peak memory vs ``x`` (ok cases only)."""
     out: dict[str, dict[str, Fit | None]] = {}
     for line in dict.fromkeys(r["line"] for r in rows):
-        ok = [r for r in rows if r["line"] == line and r["status"] == "ok" and r["workload"].get(x)]
+        ok = [r for r in rows if r["line"] == line and r["status"] == "ok"
+              and isinstance(value(r, x), (int, float)) and not isinstance(value(r, x), bool)]
         out[line] = {}
         for metric in EXPONENT_METRICS:
-            pts = [(r["workload"][x], r["metrics"][metric]) for r in ok if metric in r["metrics"]]
+            pts = [(value(r, x), r["metrics"][metric]) for r in ok if metric in r["metrics"]]
             out[line][metric] = fit_loglog([p[0] for p in pts], [p[1] for p in pts]) if len(pts) >= 2 else None
     return out

@@ -7,7 +7,7 @@ from typing import Any
 from rich.table import Table
 
 from harness.stats import Fit
-from reports.frames import EXPONENT_METRICS
+from reports.frames import EXPONENT_METRICS, value
 
 STATUS_STYLE = {"ok": "green", "oom": "red", "timeout": "yellow", "error": "bold red", "skipped": "dim"}
 MiB = 1024 * 1024
@@ -39,7 +39,7 @@ def cases_table(rows: list[dict[str, Any]], axis: str | None, title: str = "") -
         m = r["metrics"]
         ci = f"{m['ci_low_ms']:,.1f}–{m['ci_high_ms']:,.1f}" if "ci_low_ms" in m else "-"
         cells = [r["line"]] + ([r["arch"]] if show_arch else []) + [
-            str(r["workload"].get(axis, "")) if axis else r["case_key"][:8],
+            str(value(r, axis)) if axis else r["case_key"][:8],
             f"[{STATUS_STYLE.get(r['status'], '')}]{r['status']}[/]",
             _num(m.get("median_ms")), ci, _num(m.get("macs"), 1e9, "{:,.2f}"), _num(m.get("params"), 1e6, "{:,.1f}"),
             _num(m.get("peak_bytes"), MiB, "{:,.0f}"), _num(m.get("est_peak_bytes"), MiB, "{:,.0f}")]

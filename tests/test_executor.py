@@ -1,0 +1,207 @@
+"""Worker isolation: a hang, a crash, a kill or an OOM in one case is that case's status; the sweep goes on.
+
+The misbehaving architecture (`faulty`) lives in tests/plugin_faulty.py and is registered only
+inside the spawned workers (``RunOptions.plugins``), never in this pytest process. One sweep
+through one ProcessExecutor is run per module and the tests read its records.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+from harness.executors import ProcessExecutor
+from harness.executors.inline import InlineExecutor
+from harness.runner import RunOptions, run_case
+from harness.spec import Case, Record, Workload
+from harness.store import Store
+from harness.timing import TimingConfig
+
+PLUGIN = str(Path(__file__).with_name("plugin_faulty.py"))
+FAST = TimingConfig(warmup_calls=1, warmup_s=0.0, min_samples=3, min_time_s=0.0, max_time_s=0.5)
+HANG_TIMEOUT_S = 3.0
+
+
+def faulty_case(line: str, behavior: str = "ok", **over) -> Case:
+    overrides = tuple(sorted({"behavior": behavior, **over}.items()))
+    return Case("faults", line, "faulty", overrides, Workload(batch_size=2), ("latency",))
+
+
+@dataclass
+class Outcome:
+    rec: Record
+    worker_pid: int | None      # the executor's worker right after the record was yielded (None: stopped)
+    seconds: float              # wall time from the previous record to this one
+    built_in: set[int]          # pids of the processes that built this case's model (from its pid file)
+
+
+@dataclass
+class Sweep:
+    cases: dict[str, Case]
+    out: dict[str, Outcome]
+    last_worker: int | None
+
+
+PLAN = [("ok_a", "ok"), ("ok_b", "ok"), ("hang", "hang"), ("ok_c", "ok"), ("sigkill", "sigkill"),
+        ("exit3", "exit3"), ("boom", "boom"), ("torch_oom", "torch_oom"), ("memory_error", "memory_error"),
+        ("ok_d", "ok")]
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory) -> Sweep:
+    tmp = tmp_path_factory.mktemp("pids")
+    cases = {line: faulty_case(line, b, pid_file=str(tmp / f"{line}.pid")) for line, b in PLAN}
+    opts = RunOptions(timing=FAST, timeout_s=HANG_TIMEOUT_S, plugins=(PLUGIN,))
+    ex = ProcessExecutor()
+    out: dict[str, Outcome] = {}
+    try:
+        t = time.perf_counter()
+        for rec in ex.run(list(cases.values()), opts):
+            now = time.perf_counter()
+            out[rec.line] = Outcome(rec, ex.proc.pid if ex.proc is not None else None, now - t,
+                                    _pids(tmp / f"{rec.line}.pid"))
+            t = now
+        last_worker = ex.proc.pid if ex.proc is not None else None
+    finally:
+        ex.close()
+    assert ex.proc is None and ex.conn is None
+    return Sweep(cases, out, last_worker)
+
+
+def _pids(path: Path) -> set[int]:
+    return {int(line.split()[0]) for line in path.read_text().splitlines()} if path.exists() else set()
+
+
+def test_every_case_has_one_record_in_order(sweep):
+    assert list(sweep.out) == [line for line, _ in PLAN]
+    for line, o in sweep.out.items():
+        case = sweep.cases[line]
+        assert (o.rec.case_key, o.rec.suite, o.rec.arch) == (case.key, "faults", "faulty")
+        assert o.rec.workload["batch_size"] == 2
+
+
+def test_ok_cases_are_measured_in_a_worker_not_here(sweep):
+    for line in ("ok_a", "ok_b", "ok_c", "ok_d"):
+        o = sweep.out[line]
+        assert o.rec.status == "ok", (line, o.rec.message)
+        assert o.rec.metrics["median_ms"] > 0 and o.rec.samples_s
+        assert len(o.built_in) == 1 and os.getpid() not in o.built_in, o.built_in
+        assert o.worker_pid in o.built_in
+
+
+def test_worker_is_reused_across_ok_cases(sweep):
+    assert sweep.out["ok_a"].built_in == sweep.out["ok_b"].built_in
+
+
+def test_hang_is_a_timeout_and_the_next_case_runs_in_a_fresh_worker(sweep):
+    hang = sweep.out["hang"]
+    assert hang.rec.status == "timeout"
+    assert f"{HANG_TIMEOUT_S:g} s" in hang.rec.message
+    assert hang.seconds < 30, "the hung case was not cut off at its timeout"   # it sleeps 60 s
+    assert hang.worker_pid is None
+    (hung,) = sweep.out["ok_a"].built_in      # the worker that ran ok_a, ok_b, then hung
+    assert not psutil.pid_exists(hung), "the hung worker was left running"
+    ok_c = sweep.out["ok_c"]
+    assert ok_c.rec.status == "ok" and ok_c.built_in and hung not in ok_c.built_in
+
+
+def test_sigkilled_worker_is_oom(sweep):
+    rec = sweep.out["sigkill"].rec
+    assert rec.status == "oom"
+    assert "SIGKILL" in rec.message
+
+
+def test_worker_exit_is_error_with_exit_code(sweep):
+    rec = sweep.out["exit3"].rec
+    assert rec.status == "error"
+    assert "exit code 3" in rec.message
+
+
+def test_exception_is_error_with_its_message(sweep):
+    rec = sweep.out["boom"].rec
+    assert rec.status == "error"
+    assert "boom" in rec.message and "RuntimeError" in rec.message
+
+
+@pytest.mark.parametrize("line", ["torch_oom", "memory_error"])
+def test_out_of_memory_exceptions_are_oom(sweep, line):
+    rec = sweep.out[line].rec
+    assert rec.status == "oom", rec.message
+    assert ("OutOfMemoryError" if line == "torch_oom" else "MemoryError") in rec.message
+
+
+def test_a_fresh_worker_after_every_failure(sweep):
+    workers = [sweep.out[line].built_in for line in ("ok_a", "ok_c", "ok_d")]
+    assert all(len(w) == 1 for w in workers) and len(set().union(*workers)) == 3
+
+
+def test_close_leaves_no_worker(sweep):
+    assert sweep.out["ok_d"].rec.status == "ok"
+    assert sweep.last_worker is not None
+    assert not psutil.pid_exists(sweep.last_worker)
+
+
+def test_memory_guard_skips_with_the_estimate():
+    from harness.registry import list_archs   # built-ins only: runs in this process
+    assert "decoder-tiny" in list_archs()
+    case = Case("guard", "default", "decoder-tiny", (), Workload(seq_len=16), ("latency", "memory"))
+    rec = run_case(case, RunOptions(timing=FAST, memory_budget_bytes=1))
+    assert rec.status == "skipped"
+    assert "estimated peak" in rec.message and "budget" in rec.message
+    assert rec.metrics["est_peak_bytes"] > 1
+    assert "median_ms" not in rec.metrics and not rec.samples_s    # nothing was measured
+
+
+def test_missing_plugin_file_is_a_case_error_naming_it(tmp_path):
+    missing = str(tmp_path / "nope.py")
+    case = Case("p", "default", "decoder-tiny", (), Workload(seq_len=8), ("flops",))
+    rec = next(InlineExecutor().run([case], RunOptions(plugins=(missing,))))
+    assert rec.status == "error" and missing in rec.message
+
+
+# -- at the command line: exit code 1 only for an unexpected error ------------------------------------
+
+BENCH = [sys.executable, "-m", "harness.cli"]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _suite(tmp_path: Path, lines: dict[str, str]) -> Path:
+    body = "\n".join(f'{label} = {{ behavior = "{b}" }}' for label, b in lines.items())
+    path = tmp_path / "faults.toml"
+    path.write_text(f'name = "faults"\nmetrics = ["latency"]\nfixed = {{ arch = "faulty" }}\n'
+                    f"sweep = {{ batch_size = [1] }}\n[lines]\n{body}\n")
+    return path
+
+
+def _bench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([*BENCH, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def _latest_rows(url: str) -> dict[str, dict]:
+    store = Store(url, create=False)
+    return {r["line"]: r for r in store.records(store.get_run("latest")["id"])}
+
+
+def test_cli_exit_1_when_a_case_errors(tmp_path):
+    suite = _suite(tmp_path, {"broken": "boom", "fine": "ok"})
+    url = f"sqlite:///{tmp_path / 'r.sqlite'}"
+    res = _bench("run", str(suite), "--quick", "--executor", "inline", "--plugin", PLUGIN, "--store", url)
+    assert res.returncode == 1, res.stderr
+    rows = _latest_rows(url)
+    assert rows["fine"]["status"] == "ok" and rows["broken"]["status"] == "error"
+    assert "boom" in rows["broken"]["message"]
+
+
+def test_cli_exit_0_when_cases_only_oom_or_time_out(tmp_path):
+    suite = _suite(tmp_path, {"fine": "ok", "hangs": "hang", "no_memory": "memory_error"})
+    url = f"sqlite:///{tmp_path / 'r.sqlite'}"
+    res = _bench("run", str(suite), "--quick", "--timeout", "2", "--plugin", PLUGIN, "--store", url)
+    assert res.returncode == 0, res.stderr
+    rows = _latest_rows(url)
+    assert {k: r["status"] for k, r in rows.items()} == {"fine": "ok", "hangs": "timeout", "no_memory": "oom"}
