@@ -1,26 +1,41 @@
-"""Decoder-only transformer (GPT-like) built from the shared layers; presets are data."""
+"""Transformers in three layouts built from the shared layers; presets are data.
+
+* ``decoder`` (GPT-like): causal self-attention, LM head, KV-cache ``generate``.
+* ``encoder`` (BERT-like): bidirectional self-attention, [CLS] or mean pooling, class logits.
+* ``encoder-decoder`` (the original Transformer, T5): the decoder's blocks add cross-attention
+  to the encoder's output through the same ``Attention`` (``kind="cross"``).
+
+Each layout has its own frozen config, a subclass of :class:`TransformerConfig` (the fields of one
+stack, shared by all three) that adds only what that layout uses — no field is dead in any layout,
+and the config's type says which model it builds. Analytic costs live in
+:mod:`architectures.transformer_cost`.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Literal
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
+from architectures import transformer_cost as cost
 from architectures.layers.attention import Attention, AttnImpl, KVCache
-from architectures.layers.blocks import MLP, RESIDUALS, Activation, NormKind, make_norm
+from architectures.layers.blocks import MLP, RESIDUALS, Activation, Block, NormKind, make_norm
 from architectures.layers.positions import PositionKind, make_positions
+from architectures.transformer_cost import kv_cache_bytes  # noqa: F401  (public here too)
 from harness.registry import register
 from harness.spec import ArchSpec, Workload
 
 
 @dataclass(frozen=True)
 class TransformerConfig:
-    """Every axis of the family as a value; invalid combinations fail at construction."""
+    """One stack's sizes and axes, shared by every layout; invalid combinations fail at construction."""
 
     vocab_size: int = 8192
     d_model: int = 512
-    n_layers: int = 6
+    n_layers: int = 6                      # per stack: an encoder-decoder has n_layers + n_layers
     n_heads: int = 8
     n_kv_heads: int | None = None          # None: = n_heads (MHA); 1: MQA; else GQA
     d_ff: int | None = None                # None: 4 · d_model
@@ -30,8 +45,8 @@ class TransformerConfig:
     norm: NormKind = "layernorm"
     norm_placement: Literal["pre", "post"] = "pre"
     activation: Activation = "gelu"
-    dropout: float = 0.0
-    bias: bool = True
+    dropout: float = 0.0                   # embeddings, sublayer outputs and attention weights
+    bias: bool = True                      # in the attention and MLP linears
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len"):
@@ -46,6 +61,8 @@ class TransformerConfig:
             raise ValueError(f"d_ff must be positive, got {self.d_ff}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.positions == "rope" and self.head_dim % 2:
+            raise ValueError(f"rope needs an even head dim, got d_model/n_heads = {self.head_dim}")
 
     @property
     def kv_heads(self) -> int:
@@ -60,64 +77,259 @@ class TransformerConfig:
         return self.d_model // self.n_heads
 
 
-class DecoderBlock(nn.Module):
-    """Causal self-attention then MLP, each inside the configured residual wrapper."""
+@dataclass(frozen=True)
+class DecoderConfig(TransformerConfig):
+    """Decoder-only language model."""
 
-    def __init__(self, cfg: TransformerConfig) -> None:
+    tie_embeddings: bool = False           # LM head = token embedding (GPT-2)
+
+
+@dataclass(frozen=True)
+class EncoderConfig(TransformerConfig):
+    """Encoder-only classifier."""
+
+    n_classes: int = 2
+    pool: Literal["cls", "mean"] = "cls"   # cls: the first token's output (BERT); mean: over tokens
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.n_classes <= 0:
+            raise ValueError(f"n_classes must be positive, got {self.n_classes}")
+
+
+@dataclass(frozen=True)
+class EncoderDecoderConfig(TransformerConfig):
+    """Encoder-decoder over one shared vocabulary; n_layers encoder blocks + n_layers decoder blocks.
+    Each stack has its own position scheme instance (two tables if learned); RoPE/ALiBi act in
+    self-attention only."""
+
+    tie_embeddings: bool = True            # source embedding = target embedding = LM head (Vaswani §3.4, T5)
+
+
+# ------------------------------------------------------------------------------------------------
+# Modules
+# ------------------------------------------------------------------------------------------------
+
+def make_block(cfg: TransformerConfig, cross: bool = False) -> Block:
+    """One layer of ``cfg``: self-attention [+ cross-attention] + MLP in the configured residuals."""
+    def attention(kind: Literal["self", "cross"]) -> Attention:
+        return Attention(cfg.d_model, cfg.n_heads, cfg.kv_heads, impl=cfg.attn_impl, kind=kind,
+                         dropout=cfg.dropout, bias=cfg.bias)
+
+    def residual() -> nn.Module:
+        return RESIDUALS[cfg.norm_placement](make_norm(cfg.norm, cfg.d_model), cfg.dropout)
+
+    mlp = MLP(cfg.d_model, cfg.ff_dim, cfg.activation, cfg.dropout, cfg.bias)
+    return Block(attention("self"), mlp, residual, attention("cross") if cross else None)
+
+
+class Stack(nn.Module):
+    """Embedded tokens → positions → n_layers blocks → final norm (pre-norm only): (B, T, d) → (B, T, d).
+
+    The position scheme's hooks are evaluated once per forward and handed to every block:
+    ``bias`` (ALiBi) and ``rotate`` (RoPE) go to self-attention only, never to cross-attention.
+    """
+
+    def __init__(self, cfg: TransformerConfig, *, causal: bool, cross: bool = False) -> None:
         super().__init__()
-        residual = RESIDUALS[cfg.norm_placement]
-        self.attn = Attention(cfg.d_model, cfg.n_heads, cfg.kv_heads, impl=cfg.attn_impl,
-                              dropout=cfg.dropout, bias=cfg.bias)
-        self.mlp = MLP(cfg.d_model, cfg.ff_dim, cfg.activation, cfg.dropout, cfg.bias)
-        self.res_attn = residual(make_norm(cfg.norm, cfg.d_model), cfg.dropout)
-        self.res_mlp = residual(make_norm(cfg.norm, cfg.d_model), cfg.dropout)
+        self.causal = causal
+        self.pos = make_positions(cfg.positions, cfg.d_model, cfg.max_seq_len, cfg.n_heads)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(make_block(cfg, cross) for _ in range(cfg.n_layers))
+        self.norm = make_norm(cfg.norm, cfg.d_model) if cfg.norm_placement == "pre" else nn.Identity()
 
-    def forward(self, x: Tensor, cache: KVCache | None = None) -> Tensor:   # (B, T, d) -> (B, T, d)
-        x = self.res_attn(x, lambda h: self.attn(h, causal=True, cache=cache))
-        return self.res_mlp(x, self.mlp)
+    def forward(self, x: Tensor, context: Tensor | None = None, caches: list[KVCache] | None = None) -> Tensor:
+        if caches is not None and len(caches) != len(self.blocks):
+            raise ValueError(f"need one KVCache per layer ({len(self.blocks)}), got {len(caches)}")
+        t = x.shape[1]
+        offset = caches[0].length if caches else 0
+        x = self.drop(self.pos.embed(x, offset))                          # (B, T, d)
+        bias = self.pos.bias(t, offset + t, offset, x.device, x.dtype)    # (H, T, offset+T) or None
+        for block, cache in zip(self.blocks, caches or repeat(None)):
+            x = block(x, context, causal=self.causal, bias=bias, rotate=self.pos.rotate, cache=cache)
+        return self.norm(x)                                               # (B, T, d)
+
+
+def lm_logits(h: Tensor, tok: nn.Embedding, head: nn.Linear | None) -> Tensor:
+    """(B, T, d) -> (B, T, vocab), through the token embedding itself when tied (``head is None``).
+
+    Tying is done here rather than by sharing a Parameter between two modules, which fake/meta
+    placement (``Module._apply``) would split into two.
+    """
+    return F.linear(h, tok.weight) if head is None else head(h)
 
 
 class Decoder(nn.Module):
     """GPT-like language model: tokens (B, T) -> logits (B, T, vocab)."""
 
-    def __init__(self, cfg: TransformerConfig) -> None:
+    def __init__(self, cfg: DecoderConfig) -> None:
         super().__init__()
         self.cfg = cfg
         self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.pos = make_positions(cfg.positions, cfg.d_model, cfg.max_seq_len)
-        self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(DecoderBlock(cfg) for _ in range(cfg.n_layers))
-        self.norm = make_norm(cfg.norm, cfg.d_model) if cfg.norm_placement == "pre" else nn.Identity()
-        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.stack = Stack(cfg, causal=True)
+        self.head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
 
     def forward(self, tokens: Tensor, caches: list[KVCache] | None = None) -> Tensor:
-        offset = caches[0].length if caches else 0
-        x = self.drop(self.pos.embed(self.tok(tokens), offset))          # (B, T, d)
-        for i, block in enumerate(self.blocks):
-            x = block(x, caches[i] if caches else None)
-        return self.head(self.norm(x))                                   # (B, T, vocab)
+        """With ``caches`` (one per layer), ``tokens`` continue the cached sequence."""
+        return lm_logits(self.stack(self.tok(tokens), caches=caches), self.tok, self.head)
+
+    def new_caches(self) -> list[KVCache]:
+        return [KVCache() for _ in self.stack.blocks]
+
+    @torch.no_grad()
+    def generate(self, tokens: Tensor, max_new_tokens: int, use_cache: bool = True,
+                 caches: list[KVCache] | None = None) -> Tensor:
+        """Greedy decoding: (B, T) -> (B, T + max_new_tokens). With the cache, the prompt is run once
+        and every later step feeds one token; without it, every step reruns the whole sequence.
+        Pass ``caches`` (from :meth:`new_caches`) to inspect them afterwards: they then hold
+        T + max_new_tokens - 1 positions (the last token is never fed back). Train/eval is the caller's."""
+        if use_cache:
+            caches = self.new_caches() if caches is None else caches
+            logits = self(tokens, caches)
+        out = tokens
+        for step in range(max_new_tokens):
+            if not use_cache:
+                logits = self(out)
+            nxt = logits[:, -1].argmax(dim=-1, keepdim=True)             # (B, 1)
+            out = torch.cat([out, nxt], dim=1)
+            if use_cache and step + 1 < max_new_tokens:
+                logits = self(nxt, caches)
+        return out
+
+
+class Encoder(nn.Module):
+    """BERT-like classifier: tokens (B, T) -> class logits (B, n_classes)."""
+
+    def __init__(self, cfg: EncoderConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.stack = Stack(cfg, causal=False)
+        self.head = nn.Linear(cfg.d_model, cfg.n_classes)
+
+    def features(self, tokens: Tensor) -> Tensor:                         # (B, T) -> (B, T, d)
+        return self.stack(self.tok(tokens))
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        h = self.features(tokens)                                         # (B, T, d)
+        pooled = h[:, 0] if self.cfg.pool == "cls" else h.mean(dim=1)     # (B, d)
+        return self.head(pooled)                                          # (B, n_classes)
+
+
+class EncoderDecoder(nn.Module):
+    """The original Transformer: (src (B, S), tgt (B, T)) -> logits (B, T, vocab)."""
+
+    def __init__(self, cfg: EncoderDecoderConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)              # source (and, tied, target)
+        self.tgt_tok = None if cfg.tie_embeddings else nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.encoder = Stack(cfg, causal=False)
+        self.decoder = Stack(cfg, causal=True, cross=True)
+        self.head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+
+    def encode(self, src: Tensor) -> Tensor:                              # (B, S) -> (B, S, d)
+        return self.encoder(self.tok(src))
+
+    def decode(self, tgt: Tensor, memory: Tensor, caches: list[KVCache] | None = None) -> Tensor:
+        """tgt (B, T), memory (B, S, d) -> logits (B, T, vocab)."""
+        tok = self.tok if self.tgt_tok is None else self.tgt_tok
+        return lm_logits(self.decoder(tok(tgt), memory, caches), tok, self.head)
+
+    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
+        return self.decode(tgt, self.encode(src))
+
+
+# ------------------------------------------------------------------------------------------------
+# Inputs
+# ------------------------------------------------------------------------------------------------
+
+def _tokens(cfg: TransformerConfig, w: Workload, device: torch.device, seed: int) -> Tensor:
+    if w.seq_len is None:
+        raise ValueError("a transformer workload needs seq_len")
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, cfg.vocab_size, (w.batch_size, w.seq_len), generator=g).to(device)
 
 
 def token_inputs(cfg: TransformerConfig, w: Workload, device: torch.device) -> tuple[Tensor, ...]:
     """Random token ids (B, T), reproducible."""
-    if w.seq_len is None:
-        raise ValueError("a transformer workload needs seq_len")
-    g = torch.Generator().manual_seed(0)
-    return (torch.randint(0, cfg.vocab_size, (w.batch_size, w.seq_len), generator=g).to(device),)
+    return (_tokens(cfg, w, device, 0),)
 
 
-PRESETS: dict[str, TransformerConfig] = {
-    "decoder-tiny": TransformerConfig(vocab_size=1024, d_model=128, n_layers=2, n_heads=4),
-    "decoder-small": TransformerConfig(d_model=512, n_layers=6, n_heads=8),
-    "decoder-gqa2-small": TransformerConfig(d_model=512, n_layers=6, n_heads=8, n_kv_heads=2),
-    "decoder-mqa-small": TransformerConfig(d_model=512, n_layers=6, n_heads=8, n_kv_heads=1),
-    "decoder-base": TransformerConfig(vocab_size=32000, d_model=768, n_layers=12, n_heads=12),
+def seq2seq_inputs(cfg: TransformerConfig, w: Workload, device: torch.device) -> tuple[Tensor, ...]:
+    """Source and target token ids, both (B, seq_len) — a translation pair of equal lengths."""
+    return _tokens(cfg, w, device, 0), _tokens(cfg, w, device, 1)
+
+
+# ------------------------------------------------------------------------------------------------
+# Presets: data, named by their axes; `small` shrinks every one for tests and smoke runs
+# ------------------------------------------------------------------------------------------------
+
+_D_SMALL = dict(d_model=512, n_layers=6, n_heads=8)
+
+DECODERS: dict[str, DecoderConfig] = {
+    "decoder-tiny": DecoderConfig(vocab_size=1024, d_model=128, n_layers=2, n_heads=4),
+    "decoder-small": DecoderConfig(**_D_SMALL),
+    "decoder-gqa2-small": DecoderConfig(**_D_SMALL, n_kv_heads=2),
+    "decoder-mqa-small": DecoderConfig(**_D_SMALL, n_kv_heads=1),
+    "decoder-rope-small": DecoderConfig(**_D_SMALL, positions="rope"),
+    "decoder-alibi-small": DecoderConfig(**_D_SMALL, positions="alibi"),
+    # LLaMA's axes at decoder-small size: RoPE, RMSNorm, SwiGLU (d_ff: 8/3·d rounded up to a multiple
+    # of 256, as LLaMA does), GQA, no biases, untied head.
+    "decoder-llama-small": DecoderConfig(**_D_SMALL, n_kv_heads=2, positions="rope", norm="rmsnorm",
+                                         activation="swiglu", d_ff=1536, bias=False),
+    "decoder-base": DecoderConfig(vocab_size=32000, d_model=768, n_layers=12, n_heads=12),
+    # GPT-2 small: 124,439,808 parameters, exactly as released.
+    "gpt2-small": DecoderConfig(vocab_size=50257, d_model=768, n_layers=12, n_heads=12, positions="learned",
+                                max_seq_len=1024, tie_embeddings=True),
+}
+
+ENCODERS: dict[str, EncoderConfig] = {
+    "encoder-small": EncoderConfig(**_D_SMALL, positions="learned", max_seq_len=512, norm_placement="post"),
+    # BERT-base sizes (Devlin et al.): 108,890,114 parameters vs BertModel's 109,482,240 — we have no
+    # token-type embeddings (1,536), embedding LayerNorm (1,536) or tanh pooler (590,592); + a 2-class head.
+    "encoder-base": EncoderConfig(vocab_size=30522, d_model=768, n_layers=12, n_heads=12, positions="learned",
+                                  max_seq_len=512, norm_placement="post"),
+}
+
+ENCODER_DECODERS: dict[str, EncoderDecoderConfig] = {
+    # T5-small's sizes and axes (vocab 32128, 6+6 layers, d_ff 2048, RMSNorm, pre-norm, ReLU, no biases,
+    # tied): 60,506,112 parameters vs T5-small's 60,506,624 — T5's two learned relative-position bias
+    # tables (32 buckets × 8 heads each) are the 512 missing; ALiBi is the parameter-free additive bias here.
+    "encdec-small": EncoderDecoderConfig(vocab_size=32128, d_model=512, n_layers=6, n_heads=8, d_ff=2048,
+                                         positions="alibi", norm="rmsnorm", activation="relu", bias=False),
+    # "Attention Is All You Need" (Vaswani et al. 2017, Table 3): shared 37000-token BPE vocabulary,
+    # post-norm, sinusoidal, ReLU, P_drop 0.1 / 0.3 (EN-DE big), embeddings tied 3 ways (§3.4).
+    # 63,082,496 / 214,245,376 parameters vs the paper's 65M / 213M (untied output projection:
+    # 82.0M / 252.1M). Not modelled (no parameters): the √d_model embedding scale, label smoothing.
+    "aiayn-base": EncoderDecoderConfig(vocab_size=37000, d_model=512, n_layers=6, n_heads=8, d_ff=2048,
+                                       norm_placement="post", activation="relu", dropout=0.1),
+    "aiayn-big": EncoderDecoderConfig(vocab_size=37000, d_model=1024, n_layers=6, n_heads=16, d_ff=4096,
+                                      norm_placement="post", activation="relu", dropout=0.3),
 }
 
 SMALL = (("vocab_size", 64), ("d_model", 32), ("n_layers", 2), ("n_heads", 4))
 
-for _name, _cfg in PRESETS.items():
-    _small = SMALL + ((("n_kv_heads", min(_cfg.kv_heads, 2)),) if _cfg.n_kv_heads is not None else ())
-    register(ArchSpec(_name, "decoder", _cfg, Decoder, token_inputs,
-                      f"decoder-only, d={_cfg.d_model}, L={_cfg.n_layers}, h={_cfg.n_heads}, kv={_cfg.kv_heads}",
-                      small=_small))
+
+def _small(cfg: TransformerConfig) -> tuple[tuple[str, object], ...]:
+    extra = (("n_kv_heads", min(cfg.kv_heads, 2)),) if cfg.n_kv_heads is not None else ()
+    return SMALL + extra + ((("d_ff", 64),) if cfg.d_ff is not None else ())
+
+
+def _describe(layout: str, cfg: TransformerConfig) -> str:
+    return (f"{layout}, d={cfg.d_model}, L={cfg.n_layers}, h={cfg.n_heads}, kv={cfg.kv_heads}, "
+            f"d_ff={cfg.ff_dim}, {cfg.positions}, {cfg.norm_placement}-{cfg.norm}, {cfg.activation}")
+
+
+def _register() -> None:
+    families = [("decoder", DECODERS, Decoder, token_inputs, cost.decoder_cost),
+                ("encoder", ENCODERS, Encoder, token_inputs, cost.encoder_cost),
+                ("encoder-decoder", ENCODER_DECODERS, EncoderDecoder, seq2seq_inputs, cost.encoder_decoder_cost)]
+    for layout, presets, model, inputs, cost_fn in families:
+        for name, cfg in presets.items():
+            register(ArchSpec(name, layout, cfg, model, inputs, _describe(layout, cfg), small=_small(cfg),
+                              cost=cost_fn))
+
+
+PRESETS: dict[str, TransformerConfig] = {**DECODERS, **ENCODERS, **ENCODER_DECODERS}
+_register()

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from architectures.layers.attention import Attention, KVCache, causal_mask
+from architectures.layers.attention import Attention, KVCache, causal_mask, eager_attention, sdpa_attention
 
 torch.manual_seed(0)
 
@@ -106,3 +106,101 @@ def test_invalid_configs_raise(bad):
     kw = dict(d_model=64, n_heads=8, n_kv_heads=None, impl="sdpa") | bad
     with pytest.raises(ValueError):
         Attention(kw.pop("d_model"), kw.pop("n_heads"), kw.pop("n_kv_heads"), impl=kw.pop("impl"))
+
+
+def _reference(q, k, v, bias=None, mask=None):
+    """softmax(q kᵀ/√d + bias, masked) v through F.scaled_dot_product_attention with k/v heads repeated."""
+    g = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
+    attn_mask = bias
+    if mask is not None:
+        attn_mask = mask if bias is None else bias.masked_fill(~mask, float("-inf"))
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+
+
+@pytest.mark.parametrize("n_kv", [4, 2, 1])
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_attention_functions_equal_torch_sdpa(n_kv, with_bias, with_mask):
+    q, k, v = torch.randn(2, 4, 5, 8), torch.randn(2, n_kv, 7, 8), torch.randn(2, n_kv, 7, 8)
+    bias = torch.randn(4, 5, 7) if with_bias else None
+    mask = causal_mask(5, 7, q.device, offset=2) if with_mask else None
+    ref = _reference(q, k, v, bias, mask)
+    torch.testing.assert_close(eager_attention(q, k, v, bias, mask), ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(sdpa_attention(q, k, v, bias, mask), ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+def test_gradients_equal_nn_multihead_attention(impl):
+    d, h = 32, 4
+    mha = nn.MultiheadAttention(d, h, batch_first=True)
+    ours = Attention(d, h, impl=impl)
+    _copy_from_mha(ours, mha)
+    x = torch.randn(2, 6, d, requires_grad=True)
+    mask = ~causal_mask(6, 6, x.device)
+    mha(x, x, x, attn_mask=mask, need_weights=False)[0].square().sum().backward()
+    ref = x.grad.clone(), mha.in_proj_weight.grad.clone(), mha.out_proj.weight.grad.clone()
+    x.grad = None
+    ours(x, causal=True).square().sum().backward()
+    for got, want in zip((x.grad, ours.qkv.weight.grad, ours.out.weight.grad), ref):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+def test_cross_attention_equals_nn_multihead_attention(impl):
+    d, h = 32, 4
+    mha = nn.MultiheadAttention(d, h, batch_first=True).eval()
+    ours = Attention(d, h, impl=impl, kind="cross").eval()
+    with torch.no_grad():
+        ours.q.weight.copy_(mha.in_proj_weight[:d])
+        ours.q.bias.copy_(mha.in_proj_bias[:d])
+        ours.kv.weight.copy_(mha.in_proj_weight[d:])
+        ours.kv.bias.copy_(mha.in_proj_bias[d:])
+        ours.out.load_state_dict(mha.out_proj.state_dict())
+        x, ctx = torch.randn(2, 5, d), torch.randn(2, 9, d)
+        torch.testing.assert_close(ours(x, ctx), mha(x, ctx, ctx, need_weights=False)[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+@pytest.mark.parametrize("positions", ["rope", "alibi"])
+def test_position_hooks_with_cache_offset_equal_full_pass(impl, positions):
+    """RoPE (rotate hook) and ALiBi (bias hook) at a KV-cache offset give the full pass's outputs."""
+    from architectures.layers.positions import make_positions
+    pos = make_positions(positions, 32, 0, n_heads=4)
+    att = Attention(32, 4, 2, impl=impl).eval()
+    x = torch.randn(2, 9, 32)
+
+    def run(chunk, cache, offset):
+        t = chunk.shape[1]
+        return att(chunk, causal=True, bias=pos.bias(t, offset + t, offset), rotate=pos.rotate, cache=cache)
+    with torch.no_grad():
+        full = run(x, None, 0)
+        cache = KVCache()
+        parts = [run(x[:, :3], cache, 0), run(x[:, 3:6], cache, 3)] + [run(x[:, i:i + 1], cache, i) for i in (6, 7, 8)]
+    torch.testing.assert_close(torch.cat(parts, dim=1), full, rtol=1e-5, atol=1e-5)
+
+
+def test_eager_dropout_is_on_the_attention_weights():
+    att = Attention(32, 4, impl="eager", dropout=0.3).train()
+    x = torch.randn(2, 6, 32)
+    torch.manual_seed(5)
+    got = att(x, causal=True)
+    with torch.no_grad():                                   # the same computation spelled out
+        q, k, v = att.qkv(x).split(32, dim=-1)
+        q, k, v = (t.view(2, 6, 4, 8).transpose(1, 2) for t in (q, k, v))
+        scores = (q @ k.transpose(-2, -1) / 8 ** 0.5).masked_fill(~causal_mask(6, 6, x.device), float("-inf"))
+        torch.manual_seed(5)
+        weights = torch.nn.functional.dropout(scores.softmax(-1), p=0.3, training=True)
+        want = att.out((weights @ v).transpose(1, 2).reshape(2, 6, 32))
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+def test_dropout_only_in_training(impl):
+    drop = Attention(32, 4, impl=impl, dropout=0.5)
+    plain = Attention(32, 4, impl=impl)
+    plain.load_state_dict(drop.state_dict())
+    x = torch.randn(2, 6, 32)
+    assert not torch.allclose(drop.train()(x), drop(x))
+    with torch.no_grad():
+        torch.testing.assert_close(drop.eval()(x), plain.eval()(x))
