@@ -316,8 +316,8 @@ def _small(cfg: TransformerConfig) -> tuple[tuple[str, object], ...]:
     return SMALL + extra + ((("d_ff", 64),) if cfg.d_ff is not None else ())
 
 
-def _describe(layout: str, cfg: TransformerConfig) -> str:
-    return (f"{layout}, d={cfg.d_model}, L={cfg.n_layers}, h={cfg.n_heads}, kv={cfg.kv_heads}, "
+def _describe(cfg: TransformerConfig) -> str:
+    return (f"d={cfg.d_model}, L={cfg.n_layers}, h={cfg.n_heads}, kv={cfg.kv_heads}, "
             f"d_ff={cfg.ff_dim}, {cfg.positions}, {cfg.norm_placement}-{cfg.norm}, {cfg.activation}")
 
 
@@ -327,7 +327,7 @@ def _register() -> None:
                 ("encoder-decoder", ENCODER_DECODERS, EncoderDecoder, seq2seq_inputs, cost.encoder_decoder_cost)]
     for layout, presets, model, inputs, cost_fn in families:
         for name, cfg in presets.items():
-            register(ArchSpec(name, layout, cfg, model, inputs, _describe(layout, cfg), small=_small(cfg),
+            register(ArchSpec(name, layout, cfg, model, inputs, _describe(cfg), small=_small(cfg),
                               cost=cost_fn))
 
 

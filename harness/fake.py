@@ -37,5 +37,21 @@ def build_fake(build: Callable[[], nn.Module], mode: FakeTensorMode, device: tor
     except (NotImplementedError, RuntimeError):
         with torch.device("cpu"):
             model = build()
-    return model._apply(lambda t: FakeTensor(mode, t, device) if t.device.type == "meta"
-                        else FakeTensor(mode, t.to("meta"), device))
+    ties = _shared_parameters(model)
+    model._apply(lambda t: FakeTensor(mode, t, device) if t.device.type == "meta"
+                 else FakeTensor(mode, t.to("meta"), device))
+    for places in ties:                       # _apply converts a shared Parameter once per owner: re-tie
+        first_owner, first_name = places[0]
+        for owner, name in places[1:]:
+            setattr(owner, name, getattr(first_owner, first_name))
+    return model
+
+
+def _shared_parameters(model: nn.Module) -> list[list[tuple[nn.Module, str]]]:
+    """Groups of (module, attribute) places that hold one and the same Parameter (tied weights)."""
+    places: dict[int, list[tuple[nn.Module, str]]] = {}
+    for module in model.modules():
+        for name, param in module._parameters.items():
+            if param is not None:
+                places.setdefault(id(param), []).append((module, name))
+    return [p for p in places.values() if len(p) > 1]
