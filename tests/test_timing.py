@@ -160,6 +160,18 @@ def _conv() -> Callable[[], object]:
     return fn
 
 
+def _decoder_case() -> Callable[[], object]:
+    """A harness case as the runner times it: decoder-tiny, seq 64, the runner's own step."""
+    from harness import registry
+    from harness.spec import Workload
+    from harness.steps import make_step
+
+    spec = registry.get("decoder-tiny")
+    model = spec.build(spec.config)
+    inputs = spec.make_inputs(spec.config, Workload(seq_len=64), torch.device("cpu"))
+    return make_step(model, inputs, "fwd")
+
+
 def agreement_ratio(fn: Callable[[], object]) -> float:
     """median over rounds of measure_cpu's median / the same for blocked_autorange, interleaved."""
     config = TimingConfig(min_time_s=RUN_TIME_S, max_time_s=4 * RUN_TIME_S)
@@ -171,7 +183,8 @@ def agreement_ratio(fn: Callable[[], object]) -> float:
     return statistics.median(ours) / statistics.median(theirs)
 
 
-@pytest.mark.parametrize("make", [_matmul, _mlp, _conv], ids=["matmul256", "mlp", "conv"])
+@pytest.mark.parametrize("make", [_matmul, _mlp, _conv, _decoder_case],
+                         ids=["matmul256", "mlp", "conv", "decoder-tiny"])
 def test_median_agrees_with_torch_benchmark(
     make: Callable[[], Callable[[], object]], one_thread: None, record_property: Callable[[str, object], None]
 ) -> None:
