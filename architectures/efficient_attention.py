@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from architectures.layers.attention import Attention
-from architectures.layers.blocks import MLP, PreNorm, make_norm
+from architectures.layers.blocks import MLP, RESIDUALS, make_norm
 from architectures.layers.efficient import (
     BigBirdAttention,
     LinformerAttention,
@@ -23,7 +23,8 @@ from architectures.layers.efficient import (
     WindowAttention,
     exact_mix_macs,
 )
-from architectures.layers.positions import make_positions
+from architectures.layers.positions import PositionKind, make_positions
+from architectures.transformer import TransformerConfig
 from harness.registry import register
 from harness.spec import ArchSpec, Workload
 
@@ -31,57 +32,33 @@ AttentionKind = Literal["exact", "window", "linformer", "performer", "bigbird"]
 
 
 @dataclass(frozen=True)
-class LongEncoderConfig:
-    """The encoder plus each mixer's own knobs (read only by that mixer)."""
+class LongEncoderConfig(TransformerConfig):
+    """A transformer stack's fields (LRA-sized defaults) plus each mixer's own knobs (read only by it)."""
 
     vocab_size: int = 256
     d_model: int = 256
     n_layers: int = 4
     n_heads: int = 4
-    n_kv_heads: int | None = None          # None: = n_heads
-    d_ff: int | None = None                # None: 4 · d_model
+    max_seq_len: int = 4096                # learned positions and Linformer's E, F
+    positions: PositionKind = "learned"    # additive schemes only: learned, sinusoidal, none
     attention: AttentionKind = "exact"
-    attn_impl: Literal["eager", "sdpa"] = "sdpa"   # the shared core (exact, window, linformer, bigbird)
     window: int = 128                      # window: keys within `window` positions of each query
     proj_len: int = 256                    # linformer: k, the projected length
     n_features: int = 256                  # performer: m random features
     block: int = 64                        # bigbird: block size
     n_global: int = 2                      # bigbird: leading global blocks
     n_random: int = 3                      # bigbird: random key blocks per query block
-    max_seq_len: int = 4096                # learned positions and Linformer's E, F
-    positions: Literal["learned", "sinusoidal", "none"] = "learned"
-    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
-    activation: Literal["relu", "gelu", "swiglu"] = "gelu"
-    dropout: float = 0.0
-    bias: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "window", "proj_len", "n_features",
-                     "block", "max_seq_len"):
+        super().__post_init__()
+        for name in ("window", "proj_len", "n_features", "block"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.n_global < 0 or self.n_random < 0:
             raise ValueError("n_global and n_random must be >= 0")
-        if self.d_model % self.n_heads:
-            raise ValueError(f"n_heads ({self.n_heads}) must divide d_model ({self.d_model})")
-        if self.kv_heads <= 0 or self.n_heads % self.kv_heads:
-            raise ValueError(f"n_kv_heads ({self.kv_heads}) must divide n_heads ({self.n_heads})")
-        if self.d_ff is not None and self.d_ff <= 0:
-            raise ValueError(f"d_ff must be positive, got {self.d_ff}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
-
-    @property
-    def kv_heads(self) -> int:
-        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
-
-    @property
-    def ff_dim(self) -> int:
-        return 4 * self.d_model if self.d_ff is None else self.d_ff
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
+        if self.positions in ("rope", "alibi"):
+            raise ValueError(f"LRA encoders take additive positions (learned, sinusoidal, none), "
+                             f"not {self.positions!r}")
 
 
 def make_attention(cfg: LongEncoderConfig, layer: int = 0) -> nn.Module:
@@ -102,14 +79,15 @@ def make_attention(cfg: LongEncoderConfig, layer: int = 0) -> nn.Module:
 
 
 class EncoderBlock(nn.Module):
-    """Bidirectional mixing then MLP, each as x + f(norm(x)); the mixer is injected."""
+    """Bidirectional mixing then MLP, each in the configured residual wrapper; the mixer is injected."""
 
     def __init__(self, cfg: LongEncoderConfig, attn: nn.Module) -> None:
         super().__init__()
         self.attn = attn
         self.mlp = MLP(cfg.d_model, cfg.ff_dim, cfg.activation, cfg.dropout, cfg.bias)
-        self.res_attn = PreNorm(make_norm(cfg.norm, cfg.d_model), cfg.dropout)
-        self.res_mlp = PreNorm(make_norm(cfg.norm, cfg.d_model), cfg.dropout)
+        residual = RESIDUALS[cfg.norm_placement]
+        self.res_attn = residual(make_norm(cfg.norm, cfg.d_model), cfg.dropout)
+        self.res_mlp = residual(make_norm(cfg.norm, cfg.d_model), cfg.dropout)
 
     def forward(self, x: Tensor) -> Tensor:                              # (B, T, d) -> (B, T, d)
         x = self.res_attn(x, self.attn)
