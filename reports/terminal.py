@@ -26,7 +26,7 @@ def cases_table(rows: list[dict[str, Any]], axis: str | None, title: str = "") -
     """
     archs = sorted({r["arch"] for r in rows})
     show_arch = len(archs) > 1
-    notes = [r["message"].splitlines()[0][:60] if r["message"] else ("noisy" if r["metrics"].get("noisy") else "")
+    notes = [r["message"].splitlines()[0][:90] if r["message"] else ("noisy" if r["metrics"].get("noisy") else "")
              for r in rows]
     table = Table(title=title if show_arch else f"{title} · {archs[0] if archs else ''}", header_style="bold")
     cols = [("line", "left")] + ([("arch", "left")] if show_arch else []) + [
