@@ -102,10 +102,12 @@ def list_cmd(what: str, pattern: str, plugins: tuple[str, ...]) -> None:
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=None, help="Per-case timeout in seconds.")
 @click.option("--executor", type=click.Choice(sorted(EXECUTORS)), default="process", show_default=True,
               help="Where cases run: an isolated worker process, or inline (no isolation, no timeout).")
+@click.option("--no-calibrate", is_flag=True,
+              help="Skip measuring this machine's peak (matmul FLOP/s, copy GB/s) before the cases.")
 @plugin_option
 @debug_option
 def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | None, resume: bool,
-            dry_run: bool, sets: tuple[str, ...], timeout: float | None, executor: str,
+            dry_run: bool, sets: tuple[str, ...], timeout: float | None, executor: str, no_calibrate: bool,
             plugins: tuple[str, ...], debug: bool) -> None:
     """Run SUITE (a path or a built-in suite name) and store every case as it finishes."""
     plugin_files = _load_plugins(plugins)
@@ -121,7 +123,7 @@ def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | No
         out.print(f"[bold]{len(cases)} cases[/] in {suite.name} ({suite.path}); nothing measured or written")
         return
     store = Store(store_url)
-    run_id, todo = _open_run(store, suite, cases, resume, quick, timeout)
+    run_id, todo = _open_run(store, suite, cases, resume, quick, timeout, calibrate=not no_calibrate)
     opts = RunOptions(timing=TimingConfig.quick() if quick else TimingConfig(),
                       timeout_s=timeout or (120.0 if quick else 600.0), debug=debug, plugins=plugin_files)
     failed = _execute(store, run_id, todo, opts, executor, len(cases))
@@ -130,7 +132,7 @@ def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | No
 
 
 def _open_run(store: Store, suite: Any, cases: list, resume: bool, quick: bool,
-              timeout: float | None) -> tuple[str, list]:
+              timeout: float | None, calibrate: bool = True) -> tuple[str, list]:
     previous = store.resumable(suite.name, quick) if resume else None
     if previous is not None:
         done = store.stored_keys(previous["id"])
@@ -143,8 +145,25 @@ def _open_run(store: Store, suite: Any, cases: list, resume: bool, quick: bool,
     threads = {c.workload.threads or usable_cores() for c in cases}
     env = fingerprint(threads=max(threads))
     options = {"quick": quick, "timeout": timeout, "argv": sys.argv[1:]}
-    run_id = store.create_run(suite.name, suite.path, quick, len(cases), env, options)
+    if calibrate:
+        options["peak"] = _calibrate(cases, max(threads))
+    run_id = store.create_run(suite.name, str(Path(suite.path).resolve()), quick, len(cases), env, options)
     return run_id, cases
+
+
+def _calibrate(cases: list, threads: int) -> dict[str, Any]:
+    """This machine's measured peak per device the cases use (stored in the run's options)."""
+    from harness.calibrate import calibrate_run
+    err.print(f"calibrating peak matmul FLOP/s and copy bandwidth ({threads} threads; --no-calibrate skips)")
+    try:
+        peak = calibrate_run({c.workload.device for c in cases}, threads)
+    except Exception as exc:  # noqa: BLE001 — a failed calibration must not cost the run
+        err.print(f"calibration failed, run stored without a peak: {type(exc).__name__}: {exc}")
+        return {}
+    for device, p in peak.items():
+        rates = ", ".join(f"{dt} {v / 1e9:,.0f}" for dt, v in p["matmul_flops_per_s"].items())
+        err.print(f"peak on {device}: matmul GFLOP/s {rates}; copy {p['copy_bytes_per_s'] / 1e9:,.1f} GB/s")
+    return peak
 
 
 def _execute(store: Store, run_id: str, todo: list, opts: RunOptions, executor_name: str, total: int) -> int:
@@ -202,23 +221,67 @@ def show_cmd(run_ref: str, store_url: str | None) -> None:
 
 @main.command("export")
 @click.argument("run_ref", metavar="RUN")
-@click.option("--format", "fmt", type=click.Choice(["csv", "json"]), required=True)
+@click.option("--format", "fmt", type=click.Choice(["csv", "json", "parquet", "tidy-csv"]), required=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
-              help="File to write (default: stdout).")
+              help="File to write (default: stdout; required for parquet).")
 @store_option
 def export_cmd(run_ref: str, fmt: str, output: str | None, store_url: str | None) -> None:
-    """Export one run: JSON (one object per case) or CSV (the same, flattened)."""
-    from reports.export import to_csv, to_json
+    """Export one run: JSON (one object per case), CSV (the same, flattened), Parquet (the CSV's
+    table) or tidy CSV (one row per case × metric)."""
+    from reports.export import to_csv, to_json, to_parquet, to_tidy_csv
+    if fmt == "parquet" and not output:
+        raise click.UsageError("--format parquet needs -o FILE (Parquet is binary)")
     store = Store(store_url, create=False)
     run = store.get_run(run_ref)
     rows = store.records(run["id"])
-    text = to_json(run, rows) if fmt == "json" else to_csv(run, rows)
+    if fmt == "parquet":
+        to_parquet(run, rows, output)
+        err.print(f"wrote {len(rows)} cases to {output}")
+        return
+    text = {"json": to_json, "csv": to_csv, "tidy-csv": to_tidy_csv}[fmt](run, rows)
     if output:
         Path(output).write_text(text)
         err.print(f"wrote {len(rows)} cases to {output}")
     else:
         click.echo(text, nl=False)
 
+
+@main.command("compare")
+@click.argument("run_a", metavar="RUN_A")
+@click.argument("run_b", metavar="RUN_B")
+@store_option
+def compare_cmd(run_a: str, run_b: str, store_url: str | None) -> None:
+    """Compare RUN_B against RUN_A case by case: ratio of medians B/A, 95% bootstrap CI, verdict."""
+    from reports.compare import compare_runs, env_differences
+    from rich.table import Table
+    store = Store(store_url, create=False)
+    a, b = store.get_run(run_a), store.get_run(run_b)
+    differing = env_differences(a["env"], b["env"])
+    if differing:
+        err.print(f"warning: the runs were measured in different environments (hard keys differ: "
+                  f"{', '.join(differing)}); ratios mix machine and code effects", highlight=False, soft_wrap=True)
+    result = compare_runs(store.records(a["id"]), store.records(b["id"]))
+    table = Table(title=f"B {b['id']} vs A {a['id']} (ratio = B/A median, 95% bootstrap CI)", header_style="bold")
+    for col in ("line", "arch", result.axis or "case", "A ms", "B ms", "ratio [95% CI]", "verdict"):
+        table.add_column(col, justify="right" if col in ("A ms", "B ms", "ratio [95% CI]") else "left")
+    style = {"faster": "green", "slower": "red", "same": "dim"}
+    for r in result.rows:
+        table.add_row(r["line"], r["arch"], str(r["axis_value"]) if result.axis else r["case_key"][:8],
+                      f"{r['a_median_ms']:,.3f}", f"{r['b_median_ms']:,.3f}",
+                      f"{r['ratio']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]",
+                      f"[{style[r['verdict']]}]{r['verdict']}[/]")
+    out.print(table)
+    geo = f"{result.geomean_ratio:.3f}" if result.geomean_ratio is not None else "-"
+    n = result.counts
+    extra = [f"{k} {v}" for k, v in (("only in A", result.only_a), ("only in B", result.only_b),
+                                     ("not ok in one run", result.not_ok)) if v]
+    out.print(f"{len(result.rows)} cases compared: {n['faster']} faster, {n['slower']} slower, {n['same']} same; "
+              f"geometric-mean ratio B/A {geo}" + (f" ({'; '.join(extra)})" if extra else ""))
+
+
+from reports.report_cmd import report  # noqa: E402  (the command lives with the report code)
+
+main.add_command(report)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

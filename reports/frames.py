@@ -10,26 +10,75 @@ from harness.stats import Fit, fit_loglog
 ID_COLUMNS = ["case_key", "suite", "line", "arch", "status", "message"]
 
 
-def wide_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """One row per case: identity, workload fields, config fields (``cfg.``) and metrics."""
+RATE_COLUMNS = ("achieved_flops_per_s", "peak_share")
+
+
+def peak_flops(peak: dict[str, Any] | None, device: str, dtype: str) -> float | None:
+    """The measured matmul FLOP/s of ``dtype`` on ``device`` from a run's ``options["peak"]`` (None if absent).
+
+    ``peak`` maps a device string (as the cases name it: ``cpu``, ``cuda``, ``cuda:1``) to
+    :func:`harness.calibrate.calibrate`'s result.
+    """
+    if not peak:
+        return None
+    dev = peak.get(device) or peak.get(device.split(":")[0])
+    value_ = (dev or {}).get("matmul_flops_per_s", {}).get(dtype)
+    return float(value_) if value_ else None
+
+
+def rates(row: dict[str, Any], peak: dict[str, Any] | None = None) -> dict[str, float]:
+    """A case's achieved FLOP/s (counted ``flops`` / median time) and its share of the measured peak.
+
+    Computed from stored data only; a key is absent when its inputs are (no flops or timing, no peak).
+    """
+    m = row["metrics"]
+    flops, median_ms = m.get("flops"), m.get("median_ms")
+    if row.get("status") != "ok" or not flops or not median_ms or median_ms <= 0:
+        return {}
+    out = {"achieved_flops_per_s": float(flops) / (float(median_ms) / 1e3)}
+    top = peak_flops(peak, str(row["workload"].get("device", "cpu")), str(row["workload"].get("dtype", "fp32")))
+    if top:
+        out["peak_share"] = out["achieved_flops_per_s"] / top
+    return out
+
+
+def wide_frame(rows: list[dict[str, Any]], peak: dict[str, Any] | None = None) -> pd.DataFrame:
+    """One row per case: identity, workload fields, config fields (``cfg.``) and metrics.
+
+    With ``peak`` (a run's ``options["peak"]``), also ``achieved_flops_per_s`` and ``peak_share``
+    where the case has counted FLOPs and a median time.
+    """
     flat = []
     for r in rows:
         row = {k: r[k] for k in ID_COLUMNS}
         row.update(r["workload"])
         row.update({f"cfg.{k}": v for k, v in r["config"].items()})
         row.update(r["metrics"])
+        if peak is not None:
+            row.update(rates(r, peak))
         row["duration_s"] = r["duration_s"]
         flat.append(row)
     return pd.DataFrame(flat)
 
 
-def tidy_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """One row per case × metric: ``case_key, line, arch, <workload…>, metric, value``."""
-    wide = wide_frame(rows)
-    metric_cols = sorted({m for r in rows for m in r["metrics"]})
+def tidy_frame(rows: list[dict[str, Any]], peak: dict[str, Any] | None = None) -> pd.DataFrame:
+    """One row per case × metric: ``case_key, line, arch, <workload…>, <cfg.…>, metric, value``.
+
+    Rows follow the stored case order, metrics sorted by name within a case; missing metrics are
+    dropped. With ``peak``, ``achieved_flops_per_s`` and ``peak_share`` are metrics too.
+    """
+    wide = wide_frame(rows, peak)
+    metric_names = {m for r in rows for m in r["metrics"]}
+    if peak is not None:
+        metric_names |= {k for r in rows for k in rates(r, peak)}
+    metric_cols = sorted(metric_names)
     id_cols = [c for c in wide.columns if c not in metric_cols]
-    return wide.melt(id_vars=id_cols, value_vars=metric_cols, var_name="metric", value_name="value").dropna(
-        subset=["value"])
+    if wide.empty or not metric_cols:
+        return pd.DataFrame(columns=[*id_cols, "metric", "value"])
+    wide = wide.assign(_order=range(len(wide)))
+    tidy = wide.melt(id_vars=[*id_cols, "_order"], value_vars=metric_cols, var_name="metric", value_name="value")
+    tidy = tidy.dropna(subset=["value"]).sort_values(["_order", "metric"], kind="stable")
+    return tidy.drop(columns="_order").reset_index(drop=True)
 
 
 def value(row: dict[str, Any], key: str) -> Any:

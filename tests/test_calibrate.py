@@ -1,0 +1,92 @@
+"""Machine-peak calibration: measured matmul FLOP/s per dtype and copy bandwidth, stored with each run."""
+from __future__ import annotations
+
+import io
+import math
+
+import pandas as pd
+import pytest
+import torch
+from click.testing import CliRunner
+
+from harness.calibrate import calibrate
+from harness.cli import main
+from harness.store import Store
+from reports.frames import rates, wide_frame
+from tests.conftest import TINY_SUITE
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def _check(peak: dict, dtypes: set[str]) -> None:
+    assert set(peak["matmul_flops_per_s"]) == dtypes
+    for v in (*peak["matmul_flops_per_s"].values(), peak["copy_bytes_per_s"]):
+        assert isinstance(v, float) and math.isfinite(v) and v > 0
+    assert peak["matmul_n"] >= 1024
+
+
+def test_cpu_calibration_positive_finite_fp32_and_bf16():
+    before = torch.get_num_threads()
+    peak = calibrate("cpu")
+    _check(peak, {"fp32", "bf16"})
+    assert peak["device"] == "cpu" and peak["threads"] == before == torch.get_num_threads()
+    assert 1e8 < peak["matmul_flops_per_s"]["fp32"] < 1e14      # 0.1 GFLOP/s .. 100 TFLOP/s
+    assert 1e8 < peak["copy_bytes_per_s"] < 1e13
+
+
+@pytest.mark.gpu
+def test_cuda_calibration_has_fp16():
+    peak = calibrate("cuda")
+    _check(peak, {"fp32", "bf16", "fp16"})
+    assert peak["matmul_flops_per_s"]["fp16"] > peak["matmul_flops_per_s"]["fp32"] / 4
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """A calibrated and an uncalibrated quick run of the tiny suite, one thread each."""
+    tmp = tmp_path_factory.mktemp("calib")
+    suite = tmp / "tiny.toml"
+    suite.write_text(TINY_SUITE)
+    url = f"sqlite:///{tmp / 'results.sqlite'}"
+    common = ("run", str(suite), "--quick", "--executor", "inline", "--store", url, "--set", "threads=1")
+    with_peak = invoke(*common)
+    without = invoke(*common, "--no-calibrate")
+    assert with_peak.exit_code == 0 and without.exit_code == 0, with_peak.stderr + without.stderr
+    store = Store(url, create=False)
+    newest, older = store.list_runs()[:2]
+    return url, store, older, newest, with_peak
+
+
+def test_peak_is_stored_in_the_run_options(runs):
+    _, store, calibrated, plain, result = runs
+    peak = calibrated["options"]["peak"]
+    assert set(peak) == {"cpu"}
+    _check(peak["cpu"], {"fp32", "bf16"})
+    assert peak["cpu"]["threads"] == 1                          # pinned to the run's thread count
+    assert "peak" not in plain["options"]
+    assert "peak on cpu" in result.stderr
+
+
+def test_peak_share_from_stored_data(runs):
+    url, store, calibrated, _, _ = runs
+    rows = store.records(calibrated["id"])
+    peak = calibrated["options"]["peak"]
+    frame = pd.read_csv(io.StringIO(invoke("export", calibrated["id"], "--format", "csv", "--store", url).stdout))
+    assert len(frame) == 6
+    for r, (_, f) in zip(rows, frame.iterrows()):
+        assert r["status"] == "ok" and r["metrics"]["flops"] > 0
+        achieved = r["metrics"]["flops"] / (r["metrics"]["median_ms"] / 1e3)
+        share = achieved / peak["cpu"]["matmul_flops_per_s"]["fp32"]
+        assert f["achieved_flops_per_s"] == pytest.approx(achieved, rel=1e-9)
+        assert f["peak_share"] == pytest.approx(share, rel=1e-9)
+        assert 0 < f["peak_share"] < 1.5
+        assert rates(r, peak) == pytest.approx({"achieved_flops_per_s": achieved, "peak_share": share})
+
+
+def test_runs_without_a_peak_lack_peak_share(runs):
+    url, store, _, plain, _ = runs
+    frame = pd.read_csv(io.StringIO(invoke("export", plain["id"], "--format", "csv", "--store", url).stdout))
+    assert "peak_share" not in frame.columns and "achieved_flops_per_s" in frame.columns
+    assert "peak_share" not in wide_frame(store.records(plain["id"])).columns
