@@ -43,6 +43,22 @@ def store_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'results.sqlite'}"
 
 
+def invoke(*args: str):
+    """The CLI in this process; stderr is kept apart (``result.stderr``)."""
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def run_tiny(tmp: Path, *extra: str, text: str = TINY_SUITE):
+    """Write a suite (the tiny one by default) into ``tmp`` and run it --quick inline into a fresh store.
+
+    Returns (suite_path, store_url, click_result).
+    """
+    suite = tmp / "tiny.toml"
+    suite.write_text(textwrap.dedent(text))
+    url = f"sqlite:///{tmp / 'results.sqlite'}"
+    return suite, url, invoke("run", str(suite), "--quick", "--executor", "inline", "--store", url, *extra)
+
+
 @pytest.fixture
 def cli():
     runner = CliRunner()

@@ -7,17 +7,13 @@ import math
 import pandas as pd
 import pytest
 import torch
-from click.testing import CliRunner
 
 from harness.calibrate import calibrate
-from harness.cli import main
 from harness.store import Store
 from reports.frames import rates, wide_frame
-from tests.conftest import TINY_SUITE
+from tests.conftest import invoke, run_tiny
 
 
-def invoke(*args: str):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
 def _check(peak: dict, dtypes: set[str]) -> None:
@@ -47,12 +43,10 @@ def test_cuda_calibration_has_fp16():
 def runs(tmp_path_factory):
     """A calibrated and an uncalibrated quick run of the tiny suite, one thread each."""
     tmp = tmp_path_factory.mktemp("calib")
+    _, url, with_peak = run_tiny(tmp, "--set", "threads=1")
     suite = tmp / "tiny.toml"
-    suite.write_text(TINY_SUITE)
-    url = f"sqlite:///{tmp / 'results.sqlite'}"
-    common = ("run", str(suite), "--quick", "--executor", "inline", "--store", url, "--set", "threads=1")
-    with_peak = invoke(*common)
-    without = invoke(*common, "--no-calibrate")
+    without = invoke("run", str(suite), "--quick", "--executor", "inline", "--store", url, "--set", "threads=1",
+                     "--no-calibrate")
     assert with_peak.exit_code == 0 and without.exit_code == 0, with_peak.stderr + without.stderr
     store = Store(url, create=False)
     newest, older = store.list_runs()[:2]

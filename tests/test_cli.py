@@ -15,17 +15,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from harness.cli import main
 from harness.store import Store
 from harness.suite import load_suite
-from tests.conftest import TINY_SUITE
+from tests.conftest import TINY_SUITE, invoke, run_tiny
 
 _SCRIPT = Path(sys.executable).with_name("bench")
 BENCH = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "harness.cli"]
 
 
-def invoke(*args: str):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
 def one_line(stderr: str) -> str:
@@ -39,12 +36,7 @@ def one_line(stderr: str) -> str:
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("tiny")
-    suite = tmp / "tiny.toml"
-    suite.write_text(TINY_SUITE)
-    url = f"sqlite:///{tmp / 'results.sqlite'}"
-    result = invoke("run", str(suite), "--quick", "--executor", "inline", "--store", url)
-    return suite, url, result
+    return run_tiny(tmp_path_factory.mktemp("tiny"))
 
 
 def test_run_stores_every_case_ok_and_prints_tables(tiny_run):

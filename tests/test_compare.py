@@ -4,31 +4,22 @@ from __future__ import annotations
 import copy
 
 import pytest
-from click.testing import CliRunner
 
-from harness.cli import main
 from harness.spec import Record
 from harness.store import Store
 from reports.compare import compare_runs, env_differences
-from tests.conftest import TINY_SUITE
+from tests.conftest import invoke, run_tiny
 
 RECORD_FIELDS = ("case_key", "suite", "line", "arch", "status", "message", "config", "workload", "metrics",
                  "samples_s", "duration_s")
 
 
-def invoke(*args: str):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
 @pytest.fixture(scope="module")
 def stored(tmp_path_factory):
     """One real quick run of the tiny suite (one thread: steadier on a shared machine), no calibration."""
-    tmp = tmp_path_factory.mktemp("compare")
-    suite = tmp / "tiny.toml"
-    suite.write_text(TINY_SUITE)
-    url = f"sqlite:///{tmp / 'results.sqlite'}"
-    res = invoke("run", str(suite), "--quick", "--executor", "inline", "--store", url, "--set", "threads=1",
-                 "--no-calibrate")
+    _, url, res = run_tiny(tmp_path_factory.mktemp("compare"), "--set", "threads=1", "--no-calibrate")
     assert res.exit_code == 0, res.stderr
     store = Store(url, create=False)
     run = store.get_run("latest")

@@ -5,24 +5,16 @@ import io
 
 import pandas as pd
 import pytest
-from click.testing import CliRunner
 
-from harness.cli import main
 from harness.store import Store
-from tests.conftest import TINY_SUITE
+from tests.conftest import invoke, run_tiny
 
 
-def invoke(*args: str):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
 @pytest.fixture(scope="module")
 def stored(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("export")
-    suite = tmp / "tiny.toml"
-    suite.write_text(TINY_SUITE)
-    url = f"sqlite:///{tmp / 'results.sqlite'}"
-    res = invoke("run", str(suite), "--quick", "--executor", "inline", "--store", url, "--set", "threads=1")
+    _, url, res = run_tiny(tmp_path_factory.mktemp("export"), "--set", "threads=1")
     assert res.exit_code == 0, res.stderr
     store = Store(url, create=False)
     run = store.get_run("latest")

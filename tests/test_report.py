@@ -20,6 +20,7 @@ from harness.spec import Record
 from harness.store import Store
 from reports.html import render_report
 from reports.plots import figure_svg, suite_figure
+from tests.conftest import run_tiny
 from reports.report_cmd import report
 
 XSS = "<script>alert(1)</script>"
@@ -40,12 +41,7 @@ SKIPPED_KEY = "f" * 16
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("report")
-    suite = tmp / "tiny.toml"
-    suite.write_text(SUITE)
-    url = f"sqlite:///{tmp / 'results.sqlite'}"
-    from harness.cli import main
-    result = CliRunner().invoke(main, ["run", str(suite), "--quick", "--executor", "inline", "--store", url],
-                                catch_exceptions=False)
+    suite, url, result = run_tiny(tmp, text=SUITE)
     assert result.exit_code == 0, result.output
     store = Store(url, create=False)
     first = store.get_run("latest")

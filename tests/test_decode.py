@@ -1,0 +1,79 @@
+"""The decode-step model: a cached step equals the full forward's last position; its cache inputs are
+exactly ``kv_cache_bytes``; its analytic cost equals the counters."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from architectures.decode import PRESETS, DecodeStep, DecodeStepConfig
+from architectures.transformer import kv_cache_bytes
+from harness import registry
+from harness.fake import build_fake, new_fake_mode
+from harness.flops import count_model, count_params
+from harness.spec import Workload
+
+CPU = torch.device("cpu")
+
+
+def _cfg(**kw) -> DecodeStepConfig:
+    base = dict(vocab_size=64, d_model=32, n_layers=2, n_heads=4)
+    return DecodeStepConfig(**(base | kw))
+
+
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+@pytest.mark.parametrize("n_kv", [4, 2, 1])                     # MHA, GQA, MQA
+@pytest.mark.parametrize("positions", ["sinusoidal", "learned", "rope", "alibi"])
+def test_cached_step_equals_full_forward(impl, n_kv, positions):
+    torch.manual_seed(0)
+    cfg = _cfg(attn_impl=impl, n_kv_heads=n_kv, positions=positions, max_seq_len=64)
+    cached = DecodeStep(cfg).eval()
+    full = DecodeStep(dataclasses.replace(cfg, use_cache=False)).eval()
+    full.load_state_dict(cached.state_dict())
+    b, n = 2, 11
+    tokens = torch.randint(0, cfg.vocab_size, (b, n + 1))
+    with torch.no_grad():
+        caches = cached.decoder.new_caches()
+        cached.decoder(tokens[:, :n], caches)                  # a real prefill of the context
+        cache_inputs = [t for c in caches for t in (c.k, c.v)]
+        before = [t.clone() for t in cache_inputs]
+        step = cached(tokens[:, n:], *cache_inputs)             # (B, 1, vocab)
+        rerun = full(tokens)                                    # (B, 1, vocab)
+        reference = cached.decoder(tokens)[:, -1:]              # the decoder's own full forward
+    assert step.shape == (b, 1, cfg.vocab_size)
+    torch.testing.assert_close(step, reference, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(rerun, reference, atol=1e-5, rtol=1e-4)
+    assert all(torch.equal(x, y) for x, y in zip(cache_inputs, before)), "the step mutated its cache inputs"
+
+
+@pytest.mark.parametrize("n_kv", [8, 2, 1])
+@pytest.mark.parametrize("batch,n", [(1, 16), (3, 40)])
+def test_cache_inputs_are_kv_cache_bytes(n_kv, batch, n):
+    spec = registry.resolve("decode-step-small", n_kv_heads=n_kv)
+    w = Workload(batch_size=batch, seq_len=n)
+    mode = new_fake_mode()
+    with mode:                                                  # fake tensors: shapes only
+        token, *cache = spec.make_inputs(spec.config, w, CPU)
+    assert token.shape == (batch, 1) and len(cache) == 2 * spec.config.n_layers
+    assert all(t.shape == (batch, n_kv, n, spec.config.head_dim) for t in cache)
+    nbytes = sum(t.numel() * t.element_size() for t in cache)
+    assert nbytes == kv_cache_bytes(spec.config, batch, n, 4) == spec.cost(spec.config, w)["kv_cache_bytes"]
+    no_cache = registry.resolve("decode-step-small", n_kv_heads=n_kv, use_cache=False)
+    with new_fake_mode():
+        (tokens,) = no_cache.make_inputs(no_cache.config, w, CPU)
+    assert tokens.shape == (batch, n + 1)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_step_cost_matches_counts(name, use_cache):
+    spec = registry.resolve(name, use_cache=use_cache)
+    w = Workload(batch_size=2, seq_len=16)
+    predicted = spec.cost(spec.config, w)
+    mode = new_fake_mode()
+    fake = build_fake(lambda: spec.build(spec.config).eval(), mode, CPU)
+    with mode:
+        counted = count_model(fake, spec.make_inputs(spec.config, w, CPU)).macs
+        assert predicted["params"] == count_params(fake)
+    assert predicted["macs"] == counted
