@@ -86,6 +86,12 @@ class Fit:
     r2: float
     n: int
 
+    def __str__(self) -> str:
+        """``k [lo, hi]``, or just ``k`` when the interval is undefined (two points)."""
+        if math.isnan(self.ci_low):
+            return f"{self.exponent:.2f}"
+        return f"{self.exponent:.2f} [{self.ci_low:.2f}, {self.ci_high:.2f}]"
+
 
 def fit_loglog(x: Sequence[float], y: Sequence[float], confidence: float = 0.95) -> Fit | None:
     """Least-squares power-law fit ``y ~ exp(intercept) * x**exponent``.

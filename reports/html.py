@@ -70,11 +70,7 @@ def _env_value(key: str, v: Any) -> str:
 
 
 def _fit(f: Fit | None) -> str:
-    if f is None:
-        return "–"
-    if math.isnan(f.ci_low):
-        return f"{f.exponent:.2f}"
-    return f"{f.exponent:.2f} [{f.ci_low:.2f}, {f.ci_high:.2f}]"
+    return "–" if f is None else str(f)
 
 
 def _axis_value(r: dict[str, Any], axis: str | None) -> str:

@@ -48,11 +48,7 @@ def cases_table(rows: list[dict[str, Any]], axis: str | None, title: str = "") -
 
 
 def _fit(f: Fit | None) -> str:
-    if f is None:
-        return "-"
-    if math.isnan(f.ci_low):
-        return f"{f.exponent:.2f}"
-    return f"{f.exponent:.2f} [{f.ci_low:.2f}, {f.ci_high:.2f}]"
+    return "-" if f is None else str(f)
 
 
 def exponents_table(fits: dict[str, dict[str, Fit | None]], axis: str) -> Table:
