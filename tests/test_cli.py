@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from harness.store import Store
 from harness.suite import load_suite
 from tests.conftest import TINY_SUITE, invoke, run_tiny
+from tests.test_suite import BAD
 
 _SCRIPT = Path(sys.executable).with_name("bench")
 BENCH = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "harness.cli"]
@@ -157,19 +158,7 @@ def test_set_pins_a_swept_key(write_suite):
 
 # -- bad input: exit 2, one line naming file and key, nothing written --------------------------------
 
-BAD_SUITES = {
-    "toml syntax": ("name = 'x'\nfixed = {arch = }\n", "TOML syntax error"),
-    "unknown top key": (TINY_SUITE + "colour = 'red'\n", "colour"),
-    "unknown config key": (TINY_SUITE.replace("n_kv_heads = 1", "n_kv_headz = 1"), "n_kv_headz"),
-    "wrong type": (TINY_SUITE.replace("n_kv_heads = 1", "n_kv_heads = 'one'"), "n_kv_heads"),
-    "unknown arch": (TINY_SUITE.replace("decoder-tiny", "decoder-nope"), "decoder-nope"),
-    "heads not dividing": (TINY_SUITE.replace("n_kv_heads = 1 }", "n_kv_heads = 1, n_heads = 5 }"), "n_heads"),
-    "zero size": (TINY_SUITE.replace("batch_size = 1", "batch_size = 0"), "batch_size"),
-    "negative size": (TINY_SUITE.replace("[16, 32, 64]", "[16, -32]"), "seq_len"),
-    "empty sweep": (TINY_SUITE.replace("sweep = { seq_len = [16, 32, 64] }", "sweep = {}"), "sweep"),
-    "empty sweep list": (TINY_SUITE.replace("[16, 32, 64]", "[]"), "sweep.seq_len"),
-    "unknown metric": (TINY_SUITE.replace('"flops"]', '"flops", "joy"]'), "joy"),
-}
+BAD_SUITES = BAD   # every malformed suite of the loader's tests, now through the whole CLI
 
 
 @pytest.mark.parametrize("name", list(BAD_SUITES))

@@ -67,6 +67,16 @@ def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, mask: T
         scale=scale, enable_gqa=k.shape[1] != q.shape[1])
 
 
+def head_counts(d_model: int, n_heads: int, n_kv_heads: int | None) -> int:
+    """Validate the head layout; returns the number of k/v heads (``None`` means MHA)."""
+    n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+    if d_model % n_heads:
+        raise ValueError(f"n_heads ({n_heads}) must divide d_model ({d_model})")
+    if n_kv_heads <= 0 or n_heads % n_kv_heads:
+        raise ValueError(f"n_kv_heads ({n_kv_heads}) must divide n_heads ({n_heads})")
+    return n_kv_heads
+
+
 class Attention(nn.Module):
     """Multi-head attention with ``n_kv_heads`` key/value heads (MHA, GQA or MQA).
 
@@ -78,11 +88,7 @@ class Attention(nn.Module):
                  impl: AttnImpl = "sdpa", kind: Literal["self", "cross"] = "self",
                  dropout: float = 0.0, bias: bool = True, context_dim: int | None = None) -> None:
         super().__init__()
-        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-        if d_model % n_heads:
-            raise ValueError(f"n_heads ({n_heads}) must divide d_model ({d_model})")
-        if n_kv_heads <= 0 or n_heads % n_kv_heads:
-            raise ValueError(f"n_kv_heads ({n_kv_heads}) must divide n_heads ({n_heads})")
+        n_kv_heads = head_counts(d_model, n_heads, n_kv_heads)
         if impl not in ("eager", "sdpa"):
             raise ValueError(f"unknown attention impl {impl!r}")
         self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, d_model // n_heads

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from architectures.layers.attention import eager_attention, sdpa_attention
+from architectures.layers.attention import eager_attention, head_counts, sdpa_attention
 
 CoreImpl = Literal["eager", "sdpa"]
 
@@ -42,11 +42,7 @@ class ProjectedAttention(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None, *, bias: bool = True) -> None:
         super().__init__()
-        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-        if d_model % n_heads:
-            raise ValueError(f"n_heads ({n_heads}) must divide d_model ({d_model})")
-        if n_kv_heads <= 0 or n_heads % n_kv_heads:
-            raise ValueError(f"n_kv_heads ({n_kv_heads}) must divide n_heads ({n_heads})")
+        n_kv_heads = head_counts(d_model, n_heads, n_kv_heads)
         self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, d_model // n_heads
         self.qkv = nn.Linear(d_model, d_model + 2 * n_kv_heads * self.head_dim, bias=bias)
         self.out = nn.Linear(d_model, d_model, bias=bias)
