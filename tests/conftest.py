@@ -43,6 +43,19 @@ def store_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'results.sqlite'}"
 
 
+def counted_cost(spec, workload) -> tuple[int, int]:
+    """(parameters, forward MACs) of ``spec`` on ``workload``, counted on fake tensors (no memory)."""
+    from harness.fake import build_fake, new_fake_mode
+    from harness.flops import count_model, count_params
+
+    cpu = torch.device("cpu")
+    mode = new_fake_mode()
+    fake = build_fake(lambda: spec.build(spec.config).eval(), mode, cpu)
+    with mode:
+        macs = count_model(fake, spec.make_inputs(spec.config, workload, cpu)).macs
+    return count_params(fake), macs
+
+
 def invoke(*args: str):
     """The CLI in this process; stderr is kept apart (``result.stderr``)."""
     return CliRunner().invoke(main, list(args), catch_exceptions=False)

@@ -10,9 +10,9 @@ import torch
 from architectures.decode import PRESETS, DecodeStep, DecodeStepConfig
 from architectures.transformer import kv_cache_bytes
 from harness import registry
-from harness.fake import build_fake, new_fake_mode
-from harness.flops import count_model, count_params
+from harness.fake import new_fake_mode
 from harness.spec import Workload
+from tests.conftest import counted_cost
 
 CPU = torch.device("cpu")
 
@@ -71,9 +71,4 @@ def test_step_cost_matches_counts(name, use_cache):
     spec = registry.resolve(name, use_cache=use_cache)
     w = Workload(batch_size=2, seq_len=16)
     predicted = spec.cost(spec.config, w)
-    mode = new_fake_mode()
-    fake = build_fake(lambda: spec.build(spec.config).eval(), mode, CPU)
-    with mode:
-        counted = count_model(fake, spec.make_inputs(spec.config, w, CPU)).macs
-        assert predicted["params"] == count_params(fake)
-    assert predicted["macs"] == counted
+    assert (predicted["params"], predicted["macs"]) == counted_cost(spec, w)

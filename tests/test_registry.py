@@ -7,6 +7,7 @@ import torch
 from harness import registry
 from harness.errors import BenchInputError
 from harness.spec import ArchSpec, Workload
+from tests.conftest import counted_cost
 
 @pytest.mark.parametrize("name", registry.list_archs())
 def test_every_preset_builds_runs_and_backprops(name):
@@ -82,14 +83,7 @@ COSTED = [n for n in registry.list_archs() if registry.get(n).cost is not None]
 def test_every_cost_formula_equals_the_counters(name):
     """Each preset's analytic cost (at its small size, on fake tensors) equals the FLOP counter's forward
     MACs and the real parameter count exactly. Families also test random configs (hypothesis)."""
-    from harness.fake import build_fake, new_fake_mode
-    from harness.flops import count_model, count_params
-
     spec = registry.resolve(name, **dict(registry.get(name).small))
     w = Workload(batch_size=2, seq_len=16)
     predicted = spec.cost(spec.config, w)
-    mode = new_fake_mode()
-    fake = build_fake(lambda: spec.build(spec.config).eval(), mode, torch.device("cpu"))
-    with mode:
-        counted = count_model(fake, spec.make_inputs(spec.config, w, torch.device("cpu"))).macs
-    assert (predicted["params"], predicted["macs"]) == (count_params(fake), counted)
+    assert (predicted["params"], predicted["macs"]) == counted_cost(spec, w)

@@ -55,17 +55,6 @@ def test_vit_b16_matches_torchvision_params_and_macs():
     assert (cost["params"], cost["macs"]) == ours
 
 
-def test_vit_b16_is_torchvision_vit_b_16():
-    """torchvision's weights loaded into ours give the same logits: the same network."""
-    torch.manual_seed(0)
-    theirs = randomize_(torchvision.models.vit_b_16(weights=None))
-    ours = vit.ViT(registry.get("vit-b16").config).eval()
-    ours.load_state_dict(vit.from_torchvision(theirs.state_dict()))
-    x = torch.randn(1, 3, 224, 224)
-    with torch.no_grad():
-        torch.testing.assert_close(ours(x), theirs(x), atol=1e-4, rtol=1e-4)
-
-
 @pytest.mark.parametrize("impl", ["sdpa", "eager"])
 def test_small_vit_is_torchvision_vit_either_kernel(impl):
     theirs = randomize_(torchvision.models.VisionTransformer(
@@ -120,11 +109,14 @@ def test_swin_matches_torchvision_params_and_macs(name):
     assert (cost["params"], cost["macs"]) == ours
 
 
-def test_swin_t_is_torchvision_swin_t():
+@pytest.mark.parametrize("preset, module, builder", [("vit-b16", vit, "vit_b_16"), ("swin-t", swin, "swin_t")])
+def test_is_torchvision_network_weight_for_weight(preset, module, builder):
+    """torchvision's weights loaded into ours give the same logits: the same network."""
     torch.manual_seed(0)
-    theirs = randomize_(torchvision.models.swin_t(weights=None))
-    ours = swin.Swin(registry.get("swin-t").config).eval()
-    ours.load_state_dict(swin.from_torchvision(theirs.state_dict()))
+    theirs = randomize_(torchvision.models.get_model(builder, weights=None))
+    spec = registry.get(preset)
+    ours = spec.build(spec.config).eval()
+    ours.load_state_dict(module.from_torchvision(theirs.state_dict()))
     x = torch.randn(1, 3, 224, 224)
     with torch.no_grad():
         torch.testing.assert_close(ours(x), theirs(x), atol=1e-4, rtol=1e-4)
