@@ -47,6 +47,7 @@ class TransformerConfig:
     activation: Activation = "gelu"
     dropout: float = 0.0                   # embeddings, sublayer outputs and attention weights
     bias: bool = True                      # in the attention and MLP linears
+    attn_scale: float | None = None        # q·kᵀ multiplier; None: 1/√d_head; 1.0: unscaled (C07)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len"):
@@ -82,6 +83,7 @@ class DecoderConfig(TransformerConfig):
     """Decoder-only language model."""
 
     tie_embeddings: bool = False           # LM head = token embedding (GPT-2)
+    causal: bool = True                    # False drops the mask: every position sees the future (C18)
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,7 @@ def make_block(cfg: TransformerConfig, cross: bool = False) -> Block:
     """One layer of ``cfg``: self-attention [+ cross-attention] + MLP in the configured residuals."""
     def attention(kind: Literal["self", "cross"]) -> Attention:
         return Attention(cfg.d_model, cfg.n_heads, cfg.kv_heads, impl=cfg.attn_impl, kind=kind,
-                         dropout=cfg.dropout, bias=cfg.bias)
+                         dropout=cfg.dropout, bias=cfg.bias, scale=cfg.attn_scale)
 
     def residual() -> nn.Module:
         return RESIDUALS[cfg.norm_placement](make_norm(cfg.norm, cfg.d_model), cfg.dropout)
@@ -166,7 +168,7 @@ class Decoder(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.stack = Stack(cfg, causal=True)
+        self.stack = Stack(cfg, causal=cfg.causal)
         self.head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
 
     def forward(self, tokens: Tensor, caches: list[KVCache] | None = None) -> Tensor:

@@ -204,3 +204,17 @@ def test_dropout_only_in_training(impl):
     assert not torch.allclose(drop.train()(x), drop(x))
     with torch.no_grad():
         torch.testing.assert_close(drop.eval()(x), plain.eval()(x))
+
+
+@pytest.mark.parametrize("scale", [None, 1.0, 0.3])
+def test_scale_is_the_same_in_eager_and_sdpa_and_none_means_inverse_sqrt_head_dim(scale):
+    torch.manual_seed(0)
+    x = torch.randn(2, 7, 32)
+    eager = Attention(32, 4, impl="eager", scale=scale)
+    fused = Attention(32, 4, impl="sdpa", scale=scale)
+    fused.load_state_dict(eager.state_dict())
+    torch.testing.assert_close(eager(x, causal=True), fused(x, causal=True))
+    explicit = Attention(32, 4, impl="eager", scale=1 / 8 ** 0.5)
+    explicit.load_state_dict(eager.state_dict())
+    same = torch.allclose(explicit(x), eager(x), atol=1e-6)
+    assert same == (scale is None)

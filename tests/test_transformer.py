@@ -292,3 +292,15 @@ def test_mlp_in_place_activation_is_exact_and_leaves_inputs_alone(activation):
     with torch.no_grad():
         torch.testing.assert_close(mlp(x), with_grad.detach(), rtol=0, atol=0)
     assert torch.equal(x.detach(), before)
+
+
+def test_decoder_without_the_causal_mask_lets_later_tokens_change_earlier_outputs():
+    torch.manual_seed(0)
+    tokens = torch.randint(0, 50, (1, 8))
+    later = tokens.clone()
+    later[0, -1] = (later[0, -1] + 1) % 50
+    for causal in (True, False):
+        cfg = DecoderConfig(vocab_size=50, d_model=32, n_layers=2, n_heads=4, causal=causal)
+        model = Decoder(cfg).eval()
+        changed = not torch.allclose(model(tokens)[0, :-1], model(later)[0, :-1])
+        assert changed == (not causal)

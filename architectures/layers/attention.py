@@ -86,13 +86,15 @@ class Attention(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None, *,
                  impl: AttnImpl = "sdpa", kind: Literal["self", "cross"] = "self",
-                 dropout: float = 0.0, bias: bool = True, context_dim: int | None = None) -> None:
+                 dropout: float = 0.0, bias: bool = True, context_dim: int | None = None,
+                 scale: float | None = None) -> None:
+        """``scale`` multiplies q·kᵀ: None is 1/√head_dim (Vaswani); 1.0 switches the scaling off."""
         super().__init__()
         n_kv_heads = head_counts(d_model, n_heads, n_kv_heads)
         if impl not in ("eager", "sdpa"):
             raise ValueError(f"unknown attention impl {impl!r}")
         self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, d_model // n_heads
-        self.kind, self.impl, self.dropout = kind, impl, dropout
+        self.kind, self.impl, self.dropout, self.scale = kind, impl, dropout, scale
         kv_width = 2 * n_kv_heads * self.head_dim
         if kind == "self":
             self.qkv = nn.Linear(d_model, d_model + kv_width, bias=bias)
@@ -125,9 +127,9 @@ class Attention(nn.Module):
         fused_causal = causal and t > 1 and offset == 0 and bias is None and self.impl == "sdpa"
         mask = causal_mask(t, k.shape[2], x.device, offset) if causal and t > 1 and not fused_causal else None
         if self.impl == "sdpa":
-            y = sdpa_attention(q, k, v, bias, mask, dropout_p, is_causal=fused_causal)   # (B, H, T, hd)
+            y = sdpa_attention(q, k, v, bias, mask, dropout_p, self.scale, is_causal=fused_causal)
         else:
-            y = eager_attention(q, k, v, bias, mask, dropout_p)                        # (B, H, T, hd)
+            y = eager_attention(q, k, v, bias, mask, dropout_p, self.scale)                      # (B, H, T, hd)
         y = y.transpose(1, 2).reshape(b, t, d)                            # (B, T, d)
         return self.out(y)
 

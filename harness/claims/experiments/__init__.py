@@ -1,0 +1,1 @@
+"""Small-scale accuracy experiments (CPU, minutes): each module has ``DATA`` and ``run(quick, seeds)``."""
