@@ -9,12 +9,11 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from harness import registry
-from harness.env import fingerprint, usable_cores
+from harness import registry, session
+
 from harness.errors import BenchInputError
-from harness.executors import EXECUTORS, make_executor
+from harness.executors import EXECUTORS
 from harness.plugins import load_files as load_plugin_files
 from harness.runner import RunOptions
 from harness.store import Store
@@ -133,62 +132,12 @@ def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | No
 
 def _open_run(store: Store, suite: Any, cases: list, resume: bool, quick: bool,
               timeout: float | None, calibrate: bool = True) -> tuple[str, list]:
-    previous = store.resumable(suite.name, quick) if resume else None
-    if previous is not None:
-        done = store.stored_keys(previous["id"])
-        todo = [c for c in cases if c.key not in done]
-        store.reopen_run(previous["id"], max(previous["n_cases"], len(cases)))
-        err.print(f"resuming run {previous['id']}: {len(cases) - len(todo)} of {len(cases)} cases already stored")
-        return previous["id"], todo
-    if resume:
-        err.print(f"no earlier run of {suite.name} to resume; starting a new one")
-    threads = {c.workload.threads or usable_cores() for c in cases}
-    env = fingerprint(threads=max(threads))
-    options = {"quick": quick, "timeout": timeout, "argv": sys.argv[1:]}
-    if calibrate:
-        options["peak"] = _calibrate(cases, max(threads))
-    run_id = store.create_run(suite.name, str(Path(suite.path).resolve()), quick, len(cases), env, options)
-    return run_id, cases
-
-
-def _calibrate(cases: list, threads: int) -> dict[str, Any]:
-    """This machine's measured peak per device the cases use (stored in the run's options)."""
-    from harness.calibrate import calibrate_run
-    err.print(f"calibrating peak matmul FLOP/s and copy bandwidth ({threads} threads; --no-calibrate skips)")
-    try:
-        peak = calibrate_run({c.workload.device for c in cases}, threads)
-    except Exception as exc:  # noqa: BLE001 — a failed calibration must not cost the run
-        err.print(f"calibration failed, run stored without a peak: {type(exc).__name__}: {exc}")
-        return {}
-    for device, p in peak.items():
-        rates = ", ".join(f"{dt} {v / 1e9:,.0f}" for dt, v in p["matmul_flops_per_s"].items())
-        err.print(f"peak on {device}: matmul GFLOP/s {rates}; copy {p['copy_bytes_per_s'] / 1e9:,.1f} GB/s")
-    return peak
+    return session.open_run(store, suite, cases, resume=resume, quick=quick, timeout=timeout,
+                            calibrate=calibrate, console=err)
 
 
 def _execute(store: Store, run_id: str, todo: list, opts: RunOptions, executor_name: str, total: int) -> int:
-    """Run the cases, storing each as it finishes; returns the number of cases that errored."""
-    failed = 0
-    executor = make_executor(executor_name)
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("{task.fields[last]}"))
-    try:
-        with Progress(*columns, console=err, transient=False) as progress:
-            task = progress.add_task(run_id, total=total, completed=total - len(todo), last="")
-            for rec in executor.run(todo, opts):
-                store.add_record(run_id, rec)
-                failed += rec.status == "error"
-                median = rec.metrics.get("median_ms")
-                last = f"{rec.line} {rec.arch} → {rec.status}" + (f" {median:.2f} ms" if median else "")
-                progress.update(task, advance=1, last=last)
-    except KeyboardInterrupt:
-        store.finish_run(run_id, "interrupted")
-        err.print(f"interrupted: finished cases are stored; `bench run ... --resume` completes run {run_id}")
-        sys.exit(130)
-    finally:
-        executor.close()
-    store.finish_run(run_id, "done")
-    return failed
+    return session.execute(store, run_id, todo, opts, executor_name, total, console=err)
 
 
 def _render_run(store: Store, run_id: str, axis: str | None) -> None:
@@ -282,6 +231,10 @@ def compare_cmd(run_a: str, run_b: str, store_url: str | None) -> None:
 from reports.report_cmd import report  # noqa: E402  (the command lives with the report code)
 
 main.add_command(report)
+
+from harness.claims.command import claims  # noqa: E402
+
+main.add_command(claims)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

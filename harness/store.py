@@ -52,6 +52,16 @@ cases = sa.Table(
     sa.Column("finished_at", sa.String(40), nullable=False),
     sa.UniqueConstraint("run_id", "case_key", name="uq_case_per_run"),
 )
+experiments = sa.Table(
+    "experiments", metadata,                                  # bench claims: one row per training experiment
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("name", sa.String(200), nullable=False, index=True),
+    sa.Column("quick", sa.Boolean, nullable=False),
+    sa.Column("seeds", sa.JSON, nullable=False),
+    sa.Column("env", sa.JSON, nullable=False),
+    sa.Column("result", sa.JSON, nullable=False),
+    sa.Column("finished_at", sa.String(40), nullable=False),
+)
 
 
 def _now() -> str:
@@ -125,7 +135,25 @@ class Store:
         with self.engine.begin() as conn:
             conn.execute(runs.update().where(runs.c.id == run_id).values(status="running", n_cases=n_cases))
 
+    def add_experiment(self, name: str, quick: bool, seeds: list[int], env: dict[str, Any],
+                       result: dict[str, Any]) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(experiments.insert().values(name=name, quick=quick, seeds=seeds, env=env, result=result,
+                                                     finished_at=_now()))
+
     # -- reading ---------------------------------------------------------------------------
+    def find_experiment(self, name: str, quick: bool, seeds: list[int],
+                        hard_env: dict[str, Any]) -> dict[str, Any] | None:
+        """The newest stored result of experiment ``name`` at this size, seeds and hard environment."""
+        q = (sa.select(experiments).where(experiments.c.name == name, experiments.c.quick == quick)
+             .order_by(experiments.c.id.desc()))
+        with self.engine.connect() as conn:
+            for r in conn.execute(q):
+                row = dict(r._mapping)
+                if row["seeds"] == seeds and row["env"].get("hard") == hard_env:
+                    return row
+        return None
+
     def list_runs(self, suite: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
         """Runs, newest first, with the number of stored cases."""
         n = sa.select(sa.func.count()).where(cases.c.run_id == runs.c.id).scalar_subquery()

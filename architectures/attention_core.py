@@ -1,0 +1,80 @@
+"""The attention operation alone, softmax(q·kᵀ/√d_k)·v, with no projections: what claims C01–C03 and C08
+call "self-attention" when they say it costs O(n²·d) and stores n² scores.
+
+``forward(q, k, v)`` takes (B, H, n, d_head) tensors and runs the one attention core every model here
+uses (:func:`~architectures.layers.attention.eager_attention`, which materialises the (B, H, n, n) scores,
+or :func:`~architectures.layers.attention.sdpa_attention`, PyTorch's fused kernel), so its MACs, latency and
+memory are exactly the n²-part of a real layer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from architectures.layers.attention import AttnImpl, eager_attention, head_counts, sdpa_attention
+from harness.registry import register
+from harness.spec import ArchSpec, Workload
+
+
+@dataclass(frozen=True)
+class AttentionCoreConfig:
+    """Width and heads of the q/k/v tensors (d_head = d_model / n_heads) and the kernel."""
+
+    d_model: int = 512
+    n_heads: int = 8
+    n_kv_heads: int | None = None          # None: MHA; fewer: GQA/MQA (k, v have n_kv_heads heads)
+    attn_impl: AttnImpl = "eager"
+
+    def __post_init__(self) -> None:
+        if self.d_model <= 0 or self.n_heads <= 0:
+            raise ValueError("d_model and n_heads must be positive")
+        head_counts(self.d_model, self.n_heads, self.n_kv_heads)
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+
+class AttentionCore(nn.Module):
+    """(q (B, H, n, hd), k (B, Hkv, n, hd), v (B, Hkv, n, hd)) -> (B, H, n, hd). No parameters."""
+
+    def __init__(self, cfg: AttentionCoreConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        if self.training and torch.is_grad_enabled() and not q.requires_grad:
+            # In a real layer q, k, v come out of projections; here they are the leaves the backward
+            # pass reaches, so forward+backward times the attention's own backward (dq, dk, dv).
+            q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+        if self.cfg.attn_impl == "sdpa":
+            return sdpa_attention(q, k, v, None, None)
+        return eager_attention(q, k, v, None, None)
+
+
+def core_inputs(cfg: AttentionCoreConfig, w: Workload, device: torch.device) -> tuple[Tensor, ...]:
+    """Reproducible unit-variance q, k, v of shape (B, H or Hkv, seq_len, d_head)."""
+    if w.seq_len is None:
+        raise ValueError("the attention core needs seq_len")
+    g = torch.Generator().manual_seed(0)
+    b, n, hd = w.batch_size, w.seq_len, cfg.head_dim
+    q = torch.randn(b, cfg.n_heads, n, hd, generator=g)
+    k, v = (torch.randn(b, cfg.kv_heads, n, hd, generator=g) for _ in range(2))
+    return tuple(t.to(device) for t in (q, k, v))
+
+
+def core_cost(cfg: AttentionCoreConfig, w: Workload) -> dict[str, int]:
+    """q·kᵀ and p·v: B·H·n²·d_head MACs each (softmax counts no MACs); no parameters."""
+    n = w.seq_len or 0
+    return {"params": 0, "macs": 2 * w.batch_size * cfg.n_heads * n * n * cfg.head_dim}
+
+
+register(ArchSpec("attention-core", "attention", AttentionCoreConfig(), AttentionCore, core_inputs,
+                  "softmax(q·kᵀ/√d_k)·v alone (no projections), d=512, h=8",
+                  small=(("d_model", 32), ("n_heads", 2)), cost=core_cost))

@@ -1,0 +1,73 @@
+"""Load and validate claims.toml: every key known, every probe registered, every rule's figure produced."""
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from harness.claims.model import Claim, Published, Rule
+from harness.claims.rules import TESTS
+from harness.errors import BenchInputError
+
+CATALOG = Path(__file__).with_name("claims.toml")
+CLAIM_KEYS = {"section", "title", "quote", "where", "probe", "rules", "document_figure", "published", "units", "needs"}
+RULE_KEYS = {"figure", "test", "says", "lo", "hi", "value", "rel_tol"}
+NEEDS = {"within": ("lo", "hi"), "at_least": ("lo",), "at_most": ("hi",), "equals": ("value",), "is_true": ()}
+
+
+def _rule(cid: str, raw: dict[str, Any], figures: tuple[str, ...]) -> Rule:
+    where = f"{cid}.rules"
+    unknown = set(raw) - RULE_KEYS
+    if unknown:
+        raise BenchInputError(f"unknown rule key(s) {sorted(unknown)}", where=where)
+    test = raw.get("test")
+    if test not in TESTS:
+        raise BenchInputError(f"rule test {test!r} is not one of {', '.join(TESTS)}", where=where)
+    missing = [k for k in ("figure", "says", *NEEDS[test]) if raw.get(k) is None]
+    if missing:
+        raise BenchInputError(f"a {test} rule needs {', '.join(missing)}", where=where)
+    if raw["figure"] not in figures:
+        raise BenchInputError(f"figure {raw['figure']!r} is not produced by the probe "
+                              f"(it makes {', '.join(figures)})", where=where)
+    return Rule(**{k: (float(v) if k in ("lo", "hi", "value", "rel_tol") else v) for k, v in raw.items()})
+
+
+def load_catalog(path: Path = CATALOG) -> list[Claim]:
+    """All claims, in id order; a malformed entry is a BenchInputError naming the claim and key."""
+    from harness.claims.probes import load_all
+    probes = load_all()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise BenchInputError(f"cannot read {path}: {exc}", where="claims") from None
+    claims = []
+    for cid, raw in data.items():
+        unknown = set(raw) - CLAIM_KEYS
+        if unknown:
+            raise BenchInputError(f"unknown key(s) {sorted(unknown)}", where=cid)
+        for key in ("section", "title", "quote", "where", "probe", "rules"):
+            if key not in raw:
+                raise BenchInputError(f"missing {key!r}", where=cid)
+        if raw["probe"] not in probes:
+            raise BenchInputError(f"unknown probe {raw['probe']!r}", where=cid)
+        figures = probes[raw["probe"]][1]
+        claims.append(Claim(
+            id=cid, title=raw["title"], quote=raw["quote"], where=raw["where"], section=raw["section"],
+            probe=raw["probe"], rules=tuple(_rule(cid, r, figures) for r in raw["rules"]),
+            document_figure=raw.get("document_figure", ""),
+            published=tuple(Published(p["label"], p["value"]) for p in raw.get("published", [])),
+            units=raw.get("units", ""), needs=tuple(raw.get("needs", []))))
+    return sorted(claims, key=lambda c: c.id)
+
+
+def select_claims(claims: list[Claim], only: str | None) -> list[Claim]:
+    """``--only C07,C16``: those claims (unknown ids are an error)."""
+    if not only:
+        return claims
+    wanted = [s.strip().upper() for s in only.split(",") if s.strip()]
+    known = {c.id for c in claims}
+    bad = [w for w in wanted if w not in known]
+    if bad:
+        raise BenchInputError(f"unknown claim id(s) {', '.join(bad)}; known: {min(known)}…{max(known)}",
+                              where="--only")
+    return [c for c in claims if c.id in wanted]

@@ -1,0 +1,135 @@
+"""The claim data model: a figure with its uncertainty, a decision rule, a claim, a verdict."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+VERDICTS = ("supported", "partly supported", "contradicted", "inconclusive")
+OUTCOMES = ("pass", "fail", "unsure", "unavailable")
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One measured number: ``value`` with an optional 95% interval [lo, hi], its unit and how it was got."""
+
+    value: float
+    lo: float | None = None
+    hi: float | None = None
+    unit: str = ""
+    note: str = ""
+    n: int | None = None                   # samples behind the interval (seeds, points of a fit)
+
+    @property
+    def has_interval(self) -> bool:
+        return self.lo is not None and self.hi is not None and math.isfinite(self.lo) and math.isfinite(self.hi)
+
+    def bounds(self) -> tuple[float, float]:
+        """[lo, hi] when known, else the point itself."""
+        return (self.lo, self.hi) if self.has_interval else (self.value, self.value)  # type: ignore[return-value]
+
+    def text(self) -> str:
+        def f(x: float) -> str:
+            if isinstance(x, bool):
+                return "yes" if x else "no"
+            if x == 0 or 1e-3 <= abs(x) < 1e5:
+                return f"{x:,.3g}" if abs(x) < 100 else f"{x:,.0f}"
+            return f"{x:.3g}"
+        body = f(self.value) + (f" [{f(self.lo)}, {f(self.hi)}]" if self.has_interval else "")
+        return body + (f" {self.unit}" if self.unit else "")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"value": self.value, "lo": self.lo, "hi": self.hi, "unit": self.unit, "note": self.note,
+                "n": self.n, "text": self.text()}
+
+
+def mean_ci(values: Sequence[float], unit: str = "", note: str = "", confidence: float = 0.95) -> Figure:
+    """Mean of per-seed ``values`` with a Student-t interval (a point when there is one value)."""
+    from scipy import stats
+    xs = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    if not xs:
+        return Figure(float("nan"), unit=unit, note=note or "no finite values", n=0)
+    m = sum(xs) / len(xs)
+    if len(xs) < 2:
+        return Figure(m, unit=unit, note=note, n=1)
+    sd = (sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5
+    half = stats.t.ppf(0.5 + confidence / 2, len(xs) - 1) * sd / math.sqrt(len(xs))
+    return Figure(m, m - half, m + half, unit, note, len(xs))
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A predicate over one figure: ``test`` (within / at_least / at_most / equals / is_true) with its bounds."""
+
+    figure: str
+    test: str
+    says: str                              # the claim's side of this rule, in words
+    lo: float | None = None
+    hi: float | None = None
+    value: float | None = None
+    rel_tol: float = 0.0
+
+
+@dataclass(frozen=True)
+class Published:
+    label: str                             # who published it, where
+    value: str                             # as published, units as they wrote them
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim of the documents, declared in claims.toml."""
+
+    id: str
+    title: str
+    quote: str                             # the document's words
+    where: str                             # which document and part
+    section: str
+    probe: str                             # the evidence function that turns runs/experiments into figures
+    rules: tuple[Rule, ...]
+    document_figure: str = ""              # the number the document gives, if any
+    published: tuple[Published, ...] = ()
+    units: str = ""                        # where the document mixes units, what we measured instead
+    needs: tuple[str, ...] = ()            # suites / experiments it draws on (for the report)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    rule: Rule
+    status: str                            # one of OUTCOMES
+    detail: str                            # e.g. "1.93 [1.88, 1.98] within [1.6, 2.2]"
+    figure: Figure | None = None
+
+
+@dataclass
+class Evidence:
+    """What a probe returns: named figures, reasons for the ones it could not measure, a chart, notes."""
+
+    figures: dict[str, Figure] = field(default_factory=dict)
+    unavailable: dict[str, str] = field(default_factory=dict)
+    chart: "Chart | None" = None
+    notes: list[str] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)   # run ids / experiment keys it used
+
+
+@dataclass
+class Chart:
+    """Data for one claim's plot: series of (x, y, lo, hi) points, drawn by one renderer."""
+
+    title: str
+    x_label: str
+    y_label: str
+    series: dict[str, list[tuple[Any, float, float | None, float | None]]]
+    x_log: bool = False
+    y_log: bool = False
+    kind: str = "line"                     # line | bar
+    hlines: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Verdict:
+    claim: Claim
+    verdict: str                           # one of VERDICTS
+    reason: str
+    outcomes: list[Outcome]
+    evidence: Evidence

@@ -1,0 +1,84 @@
+"""Probes: each turns suite runs, experiments or direct computations into the named figures its claims'
+rules test. ``@probe(name, figures=...)`` registers one and declares the figures it can produce."""
+from __future__ import annotations
+
+import importlib
+import math
+from typing import Any, Callable
+
+from harness.claims.evidence import Context
+from harness.claims.model import Evidence, Figure
+from harness.stats import fit_loglog
+
+ProbeFn = Callable[[Context], Evidence]
+PROBES: dict[str, tuple[ProbeFn, tuple[str, ...]]] = {}
+MODULES = ("cost", "variants", "vision", "training")
+
+
+def probe(name: str, figures: tuple[str, ...]) -> Callable[[ProbeFn], ProbeFn]:
+    def deco(fn: ProbeFn) -> ProbeFn:
+        if name in PROBES:
+            raise ValueError(f"probe {name!r} registered twice")
+        PROBES[name] = (fn, figures)
+        return fn
+    return deco
+
+
+def load_all() -> dict[str, tuple[ProbeFn, tuple[str, ...]]]:
+    for m in MODULES:
+        importlib.import_module(f"{__name__}.{m}")
+    return PROBES
+
+
+# -- helpers over stored rows -------------------------------------------------------------
+def field(row: dict[str, Any], key: str) -> Any:
+    """A case's workload field, else config field, else None."""
+    return row["workload"].get(key, row["config"].get(key))
+
+
+def select(rows: list[dict[str, Any]], **conds: Any) -> list[dict[str, Any]]:
+    """The ok rows whose workload/config fields equal ``conds``."""
+    return [r for r in rows if r["status"] == "ok" and all(field(r, k) == v for k, v in conds.items())]
+
+
+def exponent(rows: list[dict[str, Any]], x: str, metric: str, top: int | None = None, unit: str = "") -> Figure:
+    """The log-log exponent of ``metric`` vs ``x`` with its 95% interval (over the ``top`` largest x if given)."""
+    pts = sorted((field(r, x), r["metrics"][metric]) for r in rows if metric in r["metrics"])
+    if top:
+        pts = pts[-top:]
+    fit = fit_loglog([p[0] for p in pts], [p[1] for p in pts]) if len(pts) >= 2 else None
+    if fit is None:
+        return Figure(float("nan"), note=f"fewer than 2 points of {metric}")
+    span = f"{x} {pts[0][0]}…{pts[-1][0]}, {len(pts)} points"
+    lo, hi = (None, None) if math.isnan(fit.ci_low) else (fit.ci_low, fit.ci_high)
+    return Figure(fit.exponent, lo, hi, unit, f"log-log fit of {metric} over {span}", len(pts))
+
+
+def at(rows: list[dict[str, Any]], metric: str, **conds: Any) -> float | None:
+    hits = select(rows, **conds)
+    return hits[0]["metrics"].get(metric) if hits else None
+
+
+def ratio_figure(num: float | None, den: float | None, unit: str = "×", note: str = "") -> Figure:
+    if num is None or den is None or den == 0:
+        return Figure(float("nan"), unit=unit, note=note or "missing a case")
+    return Figure(num / den, unit=unit, note=note)
+
+
+def median_ratio(a: dict[str, Any] | None, b: dict[str, Any] | None, note: str = "") -> Figure:
+    """median(a)/median(b) latency with a bootstrap 95% interval from the raw samples."""
+    from harness.stats import compare
+    if not a or not b or not a.get("samples_s") or not b.get("samples_s"):
+        return Figure(float("nan"), unit="×", note="missing a case")
+    c = compare(b["samples_s"], a["samples_s"])     # ratio = median(a)/median(b)
+    return Figure(c["ratio"], c["ci_low"], c["ci_high"], "×", note)
+
+
+def series(rows: list[dict[str, Any]], x: str, metric: str, scale: float = 1.0
+           ) -> dict[str, list[tuple[Any, float, None, None]]]:
+    """Per line, (x, metric·scale) points of the ok rows, for a chart."""
+    out: dict[str, list[tuple[Any, float, None, None]]] = {}
+    for r in rows:
+        if r["status"] == "ok" and metric in r["metrics"]:
+            out.setdefault(r["line"], []).append((field(r, x), r["metrics"][metric] * scale, None, None))
+    return {k: sorted(v, key=lambda p: p[0]) for k, v in out.items()}

@@ -1,0 +1,155 @@
+"""Claims decided by small training runs (C07, C17, C18, C24): the experiments in
+harness/claims/experiments, each returning per-seed lists that become means with 95% intervals."""
+from __future__ import annotations
+
+from typing import Any
+
+from harness.claims.evidence import Context
+from harness.claims.model import Chart, Evidence, Figure, mean_ci
+from harness.claims.probes import probe
+
+
+def _note(res: dict[str, Any]) -> str:
+    scale = res.get("scale", {})
+    wall = scale.get("wall_seconds") or scale.get("wall_s") or res.get("wall_s")
+    return (res.get("data_description", "") + (f" (trained in {wall:,.0f} s)" if wall else "")).strip()
+
+
+def _chart_from(series: dict[str, dict[str, list[float]]], title: str, x: str, y: str, x_log: bool = False) -> Chart:
+    out = {}
+    for name, by_x in series.items():
+        pts = []
+        for k, vals in sorted(by_x.items(), key=lambda kv: float(kv[0])):
+            f = mean_ci([v for v in vals if v is not None])
+            if f.value == f.value:
+                pts.append((float(k), f.value, f.lo, f.hi))
+        out[name] = pts
+    return Chart(title, x, y, out, x_log=x_log)
+
+
+def _per_seed(a: list, b: list, fn=lambda x, y: x - y) -> list[float]:
+    return [fn(x, y) for x, y in zip(a, b) if x is not None and y is not None]
+
+
+@probe("small_data", figures=("gap_smallest", "cnn_acc_smallest", "gap_shrinks", "imagenet_scale"))
+def small_data(ctx: Context) -> Evidence:
+    """C24 on the hardest-for-the-ViT data set of the experiment: CNN − ViT test accuracy per subset size."""
+    res = ctx.experiment("small_vision")
+    ev = Evidence(notes=[_note(res)])
+    datasets = res.get("datasets", {})
+    series: dict[str, dict[str, list[float]]] = {}
+    for name, d in datasets.items():
+        for model, by_n in d.get("acc", {}).items():
+            series[f"{name}: {model}"] = by_n
+    primary = "digits" if "digits" in datasets else next(iter(datasets), None)
+    if primary:
+        d = datasets[primary]
+        sizes = sorted(d["subsets"])
+        small, large = str(sizes[0]), str(sizes[-1])
+        ev.figures["gap_smallest"] = mean_ci(d["gap"][small], "accuracy points",
+                                             f"{primary}: CNN − ViT at {small} training images")
+        ev.figures["cnn_acc_smallest"] = mean_ci(d["acc"]["cnn"][small], "accuracy", f"{primary}, {small} images")
+        ev.figures["gap_shrinks"] = mean_ci(_per_seed(d["gap"][small], d["gap"][large]), "accuracy points",
+                                            f"gap at {small} − gap at {large} images")
+        for other, od in datasets.items():
+            if other != primary:
+                osizes = sorted(od["subsets"])
+                ev.notes.append(f"{other}: CNN − ViT at {osizes[0]} images "
+                                f"{mean_ci(od['gap'][str(osizes[0])]).text()}, at {osizes[-1]} "
+                                f"{mean_ci(od['gap'][str(osizes[-1])]).text()}")
+    ev.unavailable["imagenet_scale"] = ("needs ImageNet/JFT-scale data and GPU training: the largest set "
+                                        "here is a few thousand small images")
+    ev.chart = _chart_from(series, "test accuracy vs training images", "training images", "accuracy", x_log=True)
+    return ev
+
+
+@probe("scaling", figures=("var_ratio_unscaled", "var_scaled", "saturation_gap", "jacobian_ratio",
+                           "train_loss_gap"))
+def scaling(ctx: Context) -> Evidence:
+    """C07: the numeric part (variance, saturation, Jacobian at d_k) and the tiny training run."""
+    res = ctx.experiment("attn_scaling")
+    ev = Evidence(notes=[_note(res)])
+    stats = res.get("stats") or res.get("analytic") or {}
+    dks = sorted(stats, key=float) if isinstance(stats, dict) else []
+    if dks:
+        big = str(max(float(k) for k in dks if float(k) <= 256) if any(float(k) <= 256 for k in dks) else dks[-1])
+        big = next(k for k in dks if float(k) == float(big))
+        ratios = [stats[k]["var_unscaled"] / float(k) for k in dks]
+        ev.figures["var_ratio_unscaled"] = Figure(sum(ratios) / len(ratios), min(ratios), max(ratios), "× d_k",
+                                                  f"Var(q·k)/d_k unscaled, range over d_k = {', '.join(dks)}")
+        scaled = [stats[k]["var_scaled"] for k in dks]
+        ev.figures["var_scaled"] = Figure(sum(scaled) / len(scaled), min(scaled), max(scaled), "",
+                                          "Var(q·k/√d_k), range over d_k")
+        s = stats[big]
+        ev.figures["saturation_gap"] = Figure(s["saturated_unscaled"] - s["saturated_scaled"], unit="share of rows",
+                                              note=f"d_k={big}: rows with max p > 0.99, unscaled − scaled")
+        ev.figures["jacobian_ratio"] = Figure(s["jacobian_unscaled"] / s["jacobian_scaled"], unit="×",
+                                              note=f"d_k={big}: mean ‖∂softmax‖_F unscaled / scaled")
+        ev.chart = Chart("saturated softmax rows vs d_k", "d_k", "share of rows with max p > 0.99", {
+            "unscaled": [(float(k), stats[k]["saturated_unscaled"], None, None) for k in dks],
+            "scaled by 1/√d_k": [(float(k), stats[k]["saturated_scaled"], None, None) for k in dks]}, x_log=True)
+    train = res.get("training", {})
+    if train.get("unscaled", {}).get("final_loss") and train.get("scaled", {}).get("final_loss"):
+        ev.figures["train_loss_gap"] = mean_ci(_per_seed(train["unscaled"]["final_loss"],
+                                                         train["scaled"]["final_loss"]), "nats",
+                                               "held-out loss unscaled − scaled, per seed")
+    return ev
+
+
+@probe("norm_placement", figures=("divergence_gap", "sensitivity_ratio", "last_grad_ratio_deep"))
+def norm_placement(ctx: Context) -> Evidence:
+    res = ctx.experiment("norm_placement")
+    ev = Evidence(notes=[_note(res)])
+    cells = res.get("grid", {})
+    seeds = len(res.get("seeds", []))
+    rates = {}
+    for placement in ("pre", "post"):
+        mine = [c for c in cells.values() if c.get("placement") == placement]
+        rates[placement] = [sum(bool(c["diverged"][i]) for c in mine) / max(len(mine), 1) for i in range(seeds)]
+    ev.figures["divergence_gap"] = mean_ci(_per_seed(rates["post"], rates["pre"]), "share of runs",
+                                           "divergence rate post − pre over the grid, per seed")
+    spread = res.get("summary", {}).get("lr_spread", {})
+    if spread.get("pre") and spread.get("post"):
+        ev.figures["sensitivity_ratio"] = mean_ci(_per_seed(spread["post"], spread["pre"], lambda a, b: a / b
+                                                            if b else float("nan")), "×",
+                                                  "spread of final loss across learning rates, post / pre")
+    grads = res.get("grad_norm_at_init", {})
+    if grads:
+        deep = max(grads, key=float)
+        g = grads[deep]
+        ev.figures["last_grad_ratio_deep"] = mean_ci(_per_seed(g["post"]["last_layer"], g["pre"]["last_layer"],
+                                                               lambda a, b: a / b), "×",
+                                                     f"last layer's gradient norm at init, post / pre, depth {deep}")
+        ev.chart = Chart("last layer's gradient norm at initialisation", "depth", "‖∇‖ (mean over seeds)", {
+            p: [(float(d), mean_ci(grads[d][p]["last_layer"]).value, mean_ci(grads[d][p]["last_layer"]).lo,
+                 mean_ci(grads[d][p]["last_layer"]).hi) for d in sorted(grads, key=float)]
+            for p in ("pre", "post")}, x_log=True, y_log=True)
+    return ev
+
+
+@probe("causal", figures=("masked_future_change", "unmasked_future_change", "train_loss_gap", "honest_loss_gap"))
+def causal(ctx: Context) -> Evidence:
+    res = ctx.experiment("causal")
+    ev = Evidence(notes=[_note(res)])
+    m = res.get("models", {})
+    c, n = m.get("causal", {}), m.get("no_mask", {})
+    if c.get("future_change_max_abs"):
+        ev.figures["masked_future_change"] = Figure(max(c["future_change_max_abs"]), unit="max |Δ|",
+                                                    note="outputs before i when tokens after i change, masked")
+    if n.get("future_change_max_abs"):
+        ev.figures["unmasked_future_change"] = Figure(min(n["future_change_max_abs"]), unit="max |Δ|",
+                                                      note="the same without the mask (smallest over seeds)")
+    if c.get("train_loss") and n.get("train_loss"):
+        ev.figures["train_loss_gap"] = mean_ci(_per_seed(c["train_loss"], n["train_loss"]), "nats",
+                                               "training loss masked − unmasked, per seed")
+    if c.get("gen_loss_last_position") and n.get("gen_loss_last_position"):
+        ev.figures["honest_loss_gap"] = mean_ci(_per_seed(n["gen_loss_last_position"], c["gen_loss_last_position"]),
+                                                "nats", "next-token loss with only the prefix visible, "
+                                                "unmasked − masked")
+        ev.chart = Chart("loss: training vs generation-time", "", "nats", {
+            "masked: train": [("masked train", mean_ci(c["train_loss"]).value, None, None)],
+            "unmasked: train": [("unmasked train", mean_ci(n["train_loss"]).value, None, None)],
+            "masked: prefix only": [("masked prefix-only", mean_ci(c["gen_loss_last_position"]).value, None, None)],
+            "unmasked: prefix only": [("unmasked prefix-only", mean_ci(n["gen_loss_last_position"]).value, None,
+                                       None)]}, kind="bar")
+    return ev

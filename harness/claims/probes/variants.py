@@ -1,0 +1,248 @@
+"""Attention variants and positions (C10–C16, C19): exact KV-cache arithmetic, the kv_cache suite,
+equivariance and position-scheme identities computed on the code's own modules."""
+from __future__ import annotations
+
+import torch
+
+from harness.claims.evidence import Context
+from harness.claims.model import Chart, Evidence, Figure
+from harness.claims.probes import field, median_ratio, probe, select, series
+
+
+def _cache_bytes(n_heads: int, n_kv_heads: int, n_tokens: int = 16) -> tuple[int, int]:
+    """(formula bytes, bytes of the real caches after a forward) for a tiny decoder with this head layout."""
+    from architectures.transformer import Decoder, DecoderConfig
+    from architectures.transformer_cost import kv_cache_bytes
+    cfg = DecoderConfig(vocab_size=64, d_model=n_heads * 8, n_layers=2, n_heads=n_heads, n_kv_heads=n_kv_heads)
+    model = Decoder(cfg).eval()
+    caches = model.new_caches()
+    with torch.no_grad():
+        model(torch.zeros(1, n_tokens, dtype=torch.long), caches)
+    return kv_cache_bytes(cfg, 1, n_tokens, 4), sum(c.nbytes() for c in caches)
+
+
+def _decode(ctx: Context, ev: Evidence, kv: int) -> None:
+    """Per-token decode latency of ``kv`` KV heads vs MHA (8), cached, batch 8, at the largest context."""
+    run, rows = ctx.suite("kv_cache")
+    ev.sources.append(run["id"])
+    n = max(field(r, "seq_len") for r in select(rows))
+    pick = lambda h: next(iter(select(rows, n_kv_heads=h, use_cache=True, batch_size=8, seq_len=n)), None)  # noqa: E731
+    ev.figures["decode_latency_ratio"] = median_ratio(pick(kv), pick(8), f"per-token latency vs MHA, b=8, n={n}")
+    ev.chart = Chart("per-token decode latency (with cache)", "context length n", "ms",
+                     {k: v for k, v in series(rows, "seq_len", "median_ms").items() if " cache" in k},
+                     x_log=True, y_log=True)
+
+
+def _quality(ctx: Context, ev: Evidence, variant: str) -> None:
+    """Relative validation-loss increase and accuracy drop of ``variant`` vs MHA (kv_heads experiment)."""
+    from harness.claims.model import mean_ci
+    res = ctx.experiment("kv_heads")
+    vs = res.get("variants", {})
+    name = next((k for k in vs if k.upper().startswith(variant.upper())), None)
+    mha = vs.get("MHA")
+    if name and mha:
+        v = vs[name]
+        ev.figures["rel_loss_increase"] = mean_ci([a / b - 1 for a, b in zip(v["val_loss"], mha["val_loss"])],
+                                                  "share", f"{name} vs MHA validation loss − 1, per seed "
+                                                  f"(params {v['params']:,} vs {mha['params']:,})")
+        ev.figures["rel_accuracy_drop"] = mean_ci([1 - a / b for a, b in zip(v["val_acc"], mha["val_acc"])],
+                                                  "share", f"{name} vs MHA next-token accuracy")
+    ev.notes.append(res.get("data_description", ""))
+
+
+@probe("mqa", figures=("kv_ratio", "kv_formula_matches_cache", "decode_latency_ratio", "rel_loss_increase",
+                       "rel_accuracy_drop"))
+def mqa(ctx: Context) -> Evidence:
+    ev = Evidence()
+    formula, real = _cache_bytes(8, 1)
+    mha, _ = _cache_bytes(8, 8)
+    ev.figures["kv_ratio"] = Figure(formula / mha, unit="×", note="MQA / MHA cache bytes, 8 query heads")
+    ev.figures["kv_formula_matches_cache"] = Figure(formula == real, note=f"formula {formula} B, real {real} B")
+    _decode(ctx, ev, 1)
+    _quality(ctx, ev, "mqa")
+    return ev
+
+
+@probe("gqa", figures=("kv_ratio", "kv_formula_matches_cache", "decode_latency_ratio", "rel_loss_increase",
+                       "rel_accuracy_drop"))
+def gqa(ctx: Context) -> Evidence:
+    ev = Evidence()
+    formula, real = _cache_bytes(32, 8)
+    mha, _ = _cache_bytes(32, 32)
+    ev.figures["kv_ratio"] = Figure(formula / mha, unit="×", note="GQA-8 / MHA-32 cache bytes")
+    ev.figures["kv_formula_matches_cache"] = Figure(formula == real, note=f"formula {formula} B, real {real} B")
+    _decode(ctx, ev, 2)
+    _quality(ctx, ev, "gqa")
+    return ev
+
+
+@probe("kv_70b", figures=("doc_over_mha_70b", "doc_over_gqa_70b"))
+def kv_70b(ctx: Context) -> Evidence:
+    """LLaMA-2 70B: 80 layers, d_model 8192, 64 query heads of 128, 8 KV heads (GQA). Values per token."""
+    from architectures.transformer import DecoderConfig
+    from architectures.transformer_cost import kv_cache_bytes
+    doc = 8192 * 64 * 2
+    ev = Evidence()
+    values = {}
+    for name, kv in (("MHA", 64), ("GQA-8", 8)):
+        cfg = DecoderConfig(vocab_size=32000, d_model=8192, n_layers=80, n_heads=64, n_kv_heads=kv)
+        values[name] = kv_cache_bytes(cfg, 1, 1, 1)            # 1 byte per value → count of values
+    ev.figures["doc_over_mha_70b"] = Figure(doc / values["MHA"], unit="×",
+                                            note=f"document {doc:,} vs MHA 70B {values['MHA']:,} values/token")
+    ev.figures["doc_over_gqa_70b"] = Figure(doc / values["GQA-8"], unit="×",
+                                            note=f"document {doc:,} vs the real GQA-8 70B {values['GQA-8']:,} "
+                                                 f"values/token ({values['GQA-8'] * 2 / 2**10:,.0f} KiB in fp16)")
+    ev.chart = Chart("KV cache per token, LLaMA-2 70B shape", "", "values per token (millions)", {
+        "document: 8192×64×2": [("document", doc / 1e6, None, None)],
+        "MHA (64 KV heads)": [("MHA", values["MHA"] / 1e6, None, None)],
+        "GQA-8 (real 70B)": [("GQA-8", values["GQA-8"] / 1e6, None, None)]}, kind="bar")
+    return ev
+
+
+@probe("permutation", figures=("equivariance_error_none", "min_break_error"))
+def permutation(ctx: Context) -> Evidence:
+    """An encoder without positions is permutation-equivariant (its [CLS]-free mean pooling invariant);
+    each position scheme breaks it."""
+    from architectures.transformer import Encoder, EncoderConfig
+    torch.manual_seed(0)
+    tokens = torch.randint(0, 50, (2, 12))
+    perm = torch.randperm(12)
+    errors = {}
+    for pos in ("none", "learned", "sinusoidal", "rope", "alibi"):
+        torch.manual_seed(0)
+        cfg = EncoderConfig(vocab_size=50, d_model=32, n_layers=2, n_heads=4, positions=pos, pool="mean",
+                            max_seq_len=64)
+        enc = Encoder(cfg).eval()
+        with torch.no_grad():
+            h = enc.stack(enc.tok(tokens))                          # (B, T, d) per-token outputs
+            hp = enc.stack(enc.tok(tokens[:, perm]))
+        errors[pos] = float((h[:, perm] - hp).abs().max())
+    ev = Evidence()
+    ev.figures["equivariance_error_none"] = Figure(errors["none"], unit="max |Δ|",
+                                                   note="f(permuted x) vs permuted f(x), no positions")
+    broken = {k: v for k, v in errors.items() if k != "none"}
+    ev.figures["min_break_error"] = Figure(min(broken.values()), unit="max |Δ|",
+                                           note=", ".join(f"{k} {v:.2g}" for k, v in broken.items()))
+    ev.chart = Chart("permutation: max |f(Px) − P f(x)|", "", "max |Δ| (log)",
+                     {k: [(k, max(v, 1e-12), None, None)] for k, v in errors.items()}, kind="bar", y_log=True)
+    return ev
+
+
+@probe("sinusoidal", figures=("linear_map_residual", "loss_ratio_4x", "loss_ratio_2x"))
+def sinusoidal(ctx: Context) -> Evidence:
+    ev = Evidence()
+    from architectures.layers.positions import make_positions
+    pe = make_positions("sinusoidal", 64, 4096, 4).table(256, 0, torch.device("cpu"), torch.float64)  # (T, d)
+    worst = 0.0
+    for k in (1, 5, 17):
+        a, b = pe[:-k], pe[k:]
+        m = torch.linalg.lstsq(a, b).solution                     # PE(pos+k) ≈ PE(pos)·M_k
+        worst = max(worst, float((a @ m - b).abs().max()))
+    ev.figures["linear_map_residual"] = Figure(worst, unit="max |Δ|", note="least-squares map PE(pos)→PE(pos+k)")
+    _extrapolation(ctx, ev, "sinusoidal")
+    return ev
+
+
+def _ratios(res: dict, scheme: str, key: str = "ratio_beyond_L_vs_1x") -> dict[str, list]:
+    """Per multiple k (as str), per-seed loss(positions past L at k×L) / loss(1×L); 1× is 1 by definition."""
+    by = res.get("schemes", {}).get(scheme, {}).get("by_multiple", {})
+    return {k: (m.get(key) if m.get(key) is not None else m.get("ratio_vs_1x", [])) for k, m in by.items()}
+
+
+def _extrapolation(ctx: Context, ev: Evidence, scheme: str) -> None:
+    from harness.claims.model import mean_ci
+    res = ctx.experiment("positions")
+    for k, vals in _ratios(res, scheme).items():
+        if k in ("2", "4", "8") and vals and all(v is not None for v in vals):
+            ev.figures[f"loss_ratio_{k}x"] = mean_ci(vals, "×", f"{scheme}: loss past L at {k}×L / loss at 1×L")
+    ev.chart = _positions_chart(res)
+    ev.notes.append(res.get("data_description", ""))
+
+
+def _positions_chart(res: dict) -> Chart:
+    from harness.claims.model import mean_ci
+    out = {}
+    for scheme in res.get("schemes", {}):
+        pts = []
+        for k, vals in sorted(_ratios(res, scheme).items(), key=lambda kv: float(kv[0])):
+            f = mean_ci([v for v in (vals or []) if v is not None])
+            if f.value == f.value:
+                pts.append((float(k), f.value, f.lo, f.hi))
+        out[scheme] = pts
+    return Chart("loss past the training length L / loss at 1×L", "evaluation length / L", "loss ratio",
+                 out, x_log=True, y_log=True)
+
+
+@probe("learned", figures=("clear_error_past_max", "loss_past_max_unavailable"))
+def learned(ctx: Context) -> Evidence:
+    from architectures.transformer import Decoder, DecoderConfig
+    model = Decoder(DecoderConfig(vocab_size=16, d_model=16, n_layers=1, n_heads=2, positions="learned",
+                                  max_seq_len=8)).eval()
+    message = ""
+    try:
+        model(torch.zeros(1, 9, dtype=torch.long))
+    except Exception as exc:  # noqa: BLE001
+        message = f"{type(exc).__name__}: {exc}"
+    ev = Evidence()
+    ev.figures["clear_error_past_max"] = Figure("max_seq_len" in message or "max" in message.lower(),
+                                                note=message or "no error raised")
+    res = ctx.experiment("positions")
+    by = res.get("schemes", {}).get("learned", {}).get("by_multiple", {})
+    beyond = [v for k, m in by.items() if float(k) > 1 for v in (m.get("loss") or [None])]
+    ev.figures["loss_past_max_unavailable"] = Figure(all(v is None or v != v for v in beyond),
+                                                     note="learned-position LM evaluated past its table: "
+                                                          + ("no loss (error recorded)" if all(
+                                                              v is None or v != v for v in beyond) else "a loss"))
+    ev.chart = _positions_chart(res)
+    return ev
+
+
+@probe("alibi_rope", figures=("alibi_ratio_4x", "alibi_minus_best_other_4x", "rope_relative_error"))
+def alibi_rope(ctx: Context) -> Evidence:
+    from harness.claims.model import mean_ci
+    from architectures.layers.positions import make_positions
+    ev = Evidence()
+    res = ctx.experiment("positions")
+    get = lambda s: list(_ratios(res, s).get("4") or [])  # noqa: E731
+    alibi = get("alibi")
+    ev.figures["alibi_ratio_4x"] = mean_ci(alibi, "×", "ALiBi: loss at 4×L / 1×L")
+    others = {s: get(s) for s in ("sinusoidal", "rope", "learned", "none") if get(s) and all(
+        v == v and v is not None for v in get(s))}
+    if alibi and others:
+        best = min(others, key=lambda s: sum(others[s]) / len(others[s]))
+        diffs = [a - b for a, b in zip(alibi, others[best])]
+        ev.figures["alibi_minus_best_other_4x"] = mean_ci(diffs, "×", f"ALiBi − {best} (best other), per seed")
+    # RoPE: q·k depends on the offset only — shift both positions by s and the score must not change
+    pos = make_positions("rope", 64, 4096, 4)
+    torch.manual_seed(0)
+    q, k = torch.randn(1, 4, 1, 16), torch.randn(1, 4, 1, 16)
+    worst = 0.0
+    for m, n, s in ((3, 10, 100), (0, 7, 1000), (50, 20, 333)):
+        def score(a: int, b: int) -> torch.Tensor:
+            qa, _ = pos.rotate(q, q, a)
+            _, kb = pos.rotate(k, k, b)
+            return (qa * kb).sum(-1)
+        worst = max(worst, float((score(m, n) - score(m + s, n + s)).abs().max()))
+    ev.figures["rope_relative_error"] = Figure(worst, unit="max |Δ|", note="q·k at (m, n) vs (m+s, n+s)")
+    ev.chart = _positions_chart(res)
+    ev.notes.append(res.get("data", ""))
+    return ev
+
+
+@probe("sequential", figures=("no_cache_over_cache", "batch_throughput_gain"))
+def sequential(ctx: Context) -> Evidence:
+    run, rows = ctx.suite("kv_cache")
+    ev = Evidence(sources=[run["id"]])
+    n = max(field(r, "seq_len") for r in select(rows))
+    one = lambda **c: next(iter(select(rows, seq_len=n, n_kv_heads=8, **c)), None)  # noqa: E731
+    ev.figures["no_cache_over_cache"] = median_ratio(one(use_cache=False, batch_size=1),
+                                                     one(use_cache=True, batch_size=1),
+                                                     f"per-token latency without / with cache, n={n}, b=1")
+    b1, b8 = one(use_cache=True, batch_size=1), one(use_cache=True, batch_size=8)
+    if b1 and b8:
+        ev.figures["batch_throughput_gain"] = Figure(
+            b8["metrics"]["throughput_per_s"] / b1["metrics"]["throughput_per_s"], unit="×",
+            note="tokens/s at batch 8 / batch 1 (one token per sequence per step)")
+    ev.chart = Chart("per-token decode latency", "context length n", "ms",
+                     series(rows, "seq_len", "median_ms"), x_log=True, y_log=True)
+    return ev

@@ -1,0 +1,203 @@
+"""Vision claims (C20–C23, C25–C28): the vit_vs_cnn and resolution_scaling suites, shapes from the code,
+and torchvision's published metadata (ImageNet top-1, MACs) beside our measurements."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from harness.claims.evidence import Context
+from harness.claims.model import Chart, Evidence, Figure
+from harness.claims.probes import exponent, median_ratio, probe, select, series
+
+TORCHVISION_WEIGHTS = {"resnet50": "ResNet50_Weights.IMAGENET1K_V1", "efficientnet-b0": "EfficientNet_B0_Weights.IMAGENET1K_V1",
+                       "mobilenet-v3-large": "MobileNet_V3_Large_Weights.IMAGENET1K_V1",
+                       "convnext-tiny": "ConvNeXt_Tiny_Weights.IMAGENET1K_V1", "vit-b16": "ViT_B_16_Weights.IMAGENET1K_V1",
+                       "swin-t": "Swin_T_Weights.IMAGENET1K_V1"}
+
+
+def published(arch: str) -> dict[str, Any]:
+    """torchvision's metadata for ``arch`` (shipped with the package, no download): acc@1, GMACs (_ops), params."""
+    from torchvision.models import get_weight
+    meta = get_weight(TORCHVISION_WEIGHTS[arch]).meta
+    return {"acc1": meta["_metrics"]["ImageNet-1K"]["acc@1"], "gmacs": meta["_ops"], "params": meta["num_params"]}
+
+
+def _batch1(ctx: Context) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    run, rows = ctx.suite("vit_vs_cnn")
+    return run, {r["arch"]: r for r in select(rows, batch_size=1)}
+
+
+def _vision_chart(rows_by_arch: dict[str, dict[str, Any]]) -> Chart:
+    return Chart("batch-1 latency on this machine", "", "median ms",
+                 {a: [(a, r["metrics"]["median_ms"], r["metrics"].get("ci_low_ms"), r["metrics"].get("ci_high_ms"))]
+                  for a, r in rows_by_arch.items()}, kind="bar")
+
+
+@probe("vit_tokens", figures=("tokens_224_16", "patch_dim"))
+def vit_tokens(ctx: Context) -> Evidence:
+    from harness.registry import resolve
+    spec = resolve("vit-b16", n_layers=1)
+    model = spec.build(spec.config).eval()
+    seen: dict[str, Any] = {}
+    def grab(module: Any, args: tuple) -> None:
+        seen["x"] = tuple(args[0].shape)                          # (B, tokens, d) entering the encoder
+    handle = model.blocks[0].register_forward_pre_hook(grab)
+    with torch.no_grad():
+        model(torch.zeros(1, 3, 224, 224))
+    handle.remove()
+    ev = Evidence()
+    tokens = seen["x"][1] if "x" in seen else spec.config.n_tokens
+    ev.figures["tokens_224_16"] = Figure(float(tokens), unit="tokens",
+                                         note="sequence length entering the encoder" if "x" in seen
+                                         else "ViTConfig.n_tokens")
+    ev.figures["patch_dim"] = Figure(float(3 * spec.config.patch_size ** 2), unit="values",
+                                     note="3 channels × 16 × 16 per patch")
+    return ev
+
+
+@probe("cost_table", figures=("resnet50_params_m", "resnet50_gmacs", "effnet_params_m", "effnet_gmacs",
+                              "vit_params_m", "vit_gmacs", "vit_over_resnet_latency", "resnet_over_effnet_latency"))
+def cost_table(ctx: Context) -> Evidence:
+    run, by = _batch1(ctx)
+    ev = Evidence(sources=[run["id"]])
+    for key, arch in (("resnet50", "resnet50"), ("effnet", "efficientnet-b0"), ("vit", "vit-b16")):
+        m = by.get(arch, {}).get("metrics", {})
+        if m:
+            ev.figures[f"{key}_params_m"] = Figure(m["params"] / 1e6, unit="M params", note=arch)
+            ev.figures[f"{key}_gmacs"] = Figure(m["macs"] / 1e9, unit="GMACs",
+                                                note=f"counted; torchvision _ops {published(arch)['gmacs']:.3f}")
+    ev.figures["vit_over_resnet_latency"] = median_ratio(by.get("vit-b16"), by.get("resnet50"), "batch-1 latency")
+    ev.figures["resnet_over_effnet_latency"] = median_ratio(by.get("resnet50"), by.get("efficientnet-b0"),
+                                                            "batch-1 latency")
+    ev.chart = _vision_chart(by)
+    return ev
+
+
+@probe("vit_vs_effnet", figures=("macs_ratio", "latency_ratio", "throughput_ratio"))
+def vit_vs_effnet(ctx: Context) -> Evidence:
+    run, by = _batch1(ctx)
+    ev = Evidence(sources=[run["id"]])
+    vit, eff = by.get("vit-b16"), by.get("efficientnet-b0")
+    if vit and eff:
+        ev.figures["macs_ratio"] = Figure(vit["metrics"]["macs"] / eff["metrics"]["macs"], unit="×", note="MACs")
+    ev.figures["latency_ratio"] = median_ratio(vit, eff, "batch-1 latency on this CPU")
+    big = {r["arch"]: r for r in select(ctx.suite("vit_vs_cnn")[1], batch_size=16)}
+    if "vit-b16" in big and "efficientnet-b0" in big:
+        ev.figures["throughput_ratio"] = Figure(big["efficientnet-b0"]["metrics"]["throughput_per_s"]
+                                                / big["vit-b16"]["metrics"]["throughput_per_s"], unit="×",
+                                                note="images/s at batch 16, EfficientNet-B0 / ViT-B/16")
+    else:
+        ev.unavailable["throughput_ratio"] = "throughput at batch 16 is measured by the full suite (not --quick)"
+    ev.chart = _vision_chart(by)
+    return ev
+
+
+def _rate(r: dict[str, Any] | None) -> float | None:
+    return None if r is None else r["metrics"]["flops"] / (r["metrics"]["median_ms"] / 1e3)
+
+
+@probe("matmul_friendly", figures=("vit_over_resnet_rate", "swin_over_resnet_latency", "vit_peak_share"))
+def matmul_friendly(ctx: Context) -> Evidence:
+    run, by = _batch1(ctx)
+    ev = Evidence(sources=[run["id"]])
+    vit, res, swin = by.get("vit-b16"), by.get("resnet50"), by.get("swin-t")
+    if vit and res:
+        ev.figures["vit_over_resnet_rate"] = Figure(_rate(vit) / _rate(res), unit="×",
+                                                    note="achieved FLOP/s, ViT-B/16 / ResNet-50, batch 1")
+    ev.figures["swin_over_resnet_latency"] = median_ratio(swin, res, "Swin-T (4.5 GMACs) / ResNet-50 (4.1 GMACs)")
+    peak = ((run["options"] or {}).get("peak") or {}).get("cpu", {}).get("matmul_flops_per_s", {}).get("fp32")
+    if vit and peak:
+        ev.figures["vit_peak_share"] = Figure(_rate(vit) / peak, unit="of peak",
+                                              note=f"measured fp32 matmul peak {peak / 1e9:,.0f} GFLOP/s")
+    ev.chart = Chart("achieved GFLOP/s at batch 1", "", "GFLOP/s",
+                     {a: [(a, _rate(r) / 1e9, None, None)] for a, r in by.items()}, kind="bar",
+                     hlines={"fp32 matmul peak": peak / 1e9} if peak else {})
+    return ev
+
+
+@probe("window_scaling", figures=("swin_macs_exp", "vit_macs_exp", "swin_latency_exp", "swin_window_formula"))
+def window_scaling(ctx: Context) -> Evidence:
+    run, rows = ctx.suite("resolution_scaling")
+    ev = Evidence(sources=[run["id"]])
+    swin, vit = select(rows, arch="swin-t"), select(rows, arch="vit-s16")
+    ev.figures["swin_macs_exp"] = exponent(swin, "img_size", "macs")
+    ev.figures["vit_macs_exp"] = exponent(vit, "img_size", "macs")
+    ev.figures["swin_latency_exp"] = exponent(swin, "img_size", "median_ms")
+    ev.figures["swin_window_formula"] = _window_formula()
+    ev.chart = Chart("MACs vs image side", "image side (pixels)", "GMACs",
+                     series(rows, "img_size", "macs", 1e-9), x_log=True, y_log=True)
+    ev.notes.append("exponents are vs the image side: tokens ∝ side², so linear-in-tokens is exponent 2 "
+                    "and quadratic-in-tokens is 4")
+    return ev
+
+
+def _window_formula() -> Figure:
+    """Swin's Ω(W-MSA) = 4hwC² + 2M²hwC against counted MACs of one window-attention layer, M = 4, 7, 8, 14
+    (sides dividing 56, so no padding), on a 56×56×96 map with 3 heads."""
+    from harness.flops import count_model
+    from architectures.swin import WindowAttention
+    worst = 0.0
+    side, c = 56, 96
+    for m in (4, 7, 8, 14):
+        layer = WindowAttention(c, 3, m, 0, "eager").eval()
+        counted = count_model(layer, (torch.randn(1, side, side, c),)).macs
+        formula = 4 * side * side * c * c + 2 * m * m * side * side * c
+        worst = max(worst, abs(counted - formula) / formula)
+    return Figure(worst, unit="rel. diff", note="max over M=4,7,8,14 at 56×56, C=96")
+
+
+@probe("edge", figures=("vit_params_m", "mobilenet_params_m", "effnet_params_m", "mobilenet_latency_ms",
+                        "effnet_latency_ms", "vit_latency_ms"))
+def edge(ctx: Context) -> Evidence:
+    run, by = _batch1(ctx)
+    ev = Evidence(sources=[run["id"]])
+    for key, arch in (("vit", "vit-b16"), ("mobilenet", "mobilenet-v3-large"), ("effnet", "efficientnet-b0")):
+        r = by.get(arch)
+        if r:
+            m = r["metrics"]
+            ev.figures[f"{key}_params_m"] = Figure(m["params"] / 1e6, unit="M params", note=arch)
+            ev.figures[f"{key}_latency_ms"] = Figure(m["median_ms"], m.get("ci_low_ms"), m.get("ci_high_ms"), "ms",
+                                                     f"{arch}, batch 1, {int(m.get('threads', 0))} CPU threads")
+    ev.chart = _vision_chart(by)
+    return ev
+
+
+@probe("convnext", figures=("acc_gap_convnext_vit", "macs_ratio_convnext_vit", "latency_ratio_convnext_vit"))
+def convnext(ctx: Context) -> Evidence:
+    run, by = _batch1(ctx)
+    ev = Evidence(sources=[run["id"]])
+    c, v = published("convnext-tiny"), published("vit-b16")
+    ev.figures["acc_gap_convnext_vit"] = Figure(c["acc1"] - v["acc1"], unit="points top-1",
+                                                note=f"torchvision metadata: {c['acc1']} vs {v['acc1']}")
+    cn, vt = by.get("convnext-tiny"), by.get("vit-b16")
+    if cn and vt:
+        ev.figures["macs_ratio_convnext_vit"] = Figure(cn["metrics"]["macs"] / vt["metrics"]["macs"], unit="×",
+                                                       note="counted MACs")
+    ev.figures["latency_ratio_convnext_vit"] = median_ratio(cn, vt, "batch-1 latency")
+    ev.chart = Chart("published ImageNet top-1 vs counted GMACs", "", "top-1 %",
+                     {a: [(a, published(a)["acc1"], None, None)] for a in TORCHVISION_WEIGHTS}, kind="bar")
+    return ev
+
+
+@probe("attention_arithmetic", figures=("entries_vit_b16", "kib_vit_b16", "mib_48x16", "gib_pixels_128",
+                                        "entries_swin_56"))
+def attention_arithmetic(ctx: Context) -> Evidence:
+    """The document's attention-matrix arithmetic, redone from the configs' own shapes (fp32 entries)."""
+    from harness.registry import get
+    vit, swin = get("vit-b16").config, get("swin-t").config
+    n = vit.n_patches                                   # 196 patch tokens (the document leaves out [CLS])
+    per_head = n * n
+    layers, heads = 48, 16                              # the document's hypothetical deep model
+    pixels = 128 * 128                                  # one token per pixel
+    grid = swin.img_size // swin.patch_size             # Swin-T's first-stage grid side
+    ev = Evidence()
+    ev.figures["entries_vit_b16"] = Figure(float(per_head), unit="entries", note=f"({n} tokens)² per head")
+    ev.figures["kib_vit_b16"] = Figure(per_head * 4 / 2 ** 10, unit="KiB", note="fp32")
+    ev.figures["mib_48x16"] = Figure(per_head * 4 * layers * heads / 2 ** 20, unit="MiB",
+                                     note=f"{layers} layers × {heads} heads")
+    ev.figures["gib_pixels_128"] = Figure(pixels ** 2 * 4 * layers * heads / 2 ** 30, unit="GiB",
+                                          note=f"{pixels} pixel tokens, {layers}×{heads} score matrices")
+    ev.figures["entries_swin_56"] = Figure(float((grid * grid) ** 2), unit="entries",
+                                           note=f"global attention over Swin-T's {grid}×{grid} grid")
+    return ev

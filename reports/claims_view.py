@@ -1,0 +1,100 @@
+"""Views of claim verdicts: a rich table for the terminal, a chart per claim, the HTML claims report,
+and a JSON record of every verdict with its figures."""
+from __future__ import annotations
+
+import datetime as dt
+import math
+from typing import Any
+
+from markupsafe import Markup
+from rich.table import Table
+
+from harness.claims.model import Chart, Verdict
+
+STYLE = {"supported": "green", "partly supported": "yellow", "contradicted": "red", "inconclusive": "dim"}
+
+
+def verdict_table(verdicts: list[Verdict]) -> Table:
+    t = Table(title="claims: verdicts (figures with 95% intervals)", header_style="bold", show_lines=False)
+    for col in ("id", "claim", "verdict", "deciding figures"):
+        t.add_column(col, overflow="fold")
+    for v in verdicts:
+        figs = "; ".join(f"{o.rule.figure} {o.figure.text()} {'✓' if o.status == 'pass' else '✗' if o.status == 'fail' else '?'}"
+                         for o in v.outcomes if o.figure is not None and o.status != "unavailable")
+        missing = [o.detail for o in v.outcomes if o.status == "unavailable"]
+        if missing:
+            figs += ("; " if figs else "") + "not tested: " + "; ".join(missing)
+        t.add_row(v.claim.id, v.claim.title, f"[{STYLE[v.verdict]}]{v.verdict}[/]", figs)
+    return t
+
+
+def to_record(v: Verdict) -> dict[str, Any]:
+    """JSON-ready: the claim, its verdict and reason, each rule's outcome and figure."""
+    c = v.claim
+    return {"id": c.id, "title": c.title, "verdict": v.verdict, "reason": v.reason,
+            "rules": [{"says": o.rule.says, "figure": o.rule.figure, "test": o.rule.test, "status": o.status,
+                       "detail": o.detail, "measured": o.figure.as_dict() if o.figure else None}
+                      for o in v.outcomes],
+            "document_figure": c.document_figure, "published": [vars(p) for p in c.published],
+            "units": c.units, "sources": v.evidence.sources,
+            "figures": {k: f.as_dict() for k, f in v.evidence.figures.items()}}
+
+
+def chart_svg(chart: Chart | None) -> str:
+    """The claim's chart as inline SVG (empty string when there is none)."""
+    if chart is None or not any(chart.series.values()):
+        return ""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from reports.plots import _tex_safe, figure_svg
+    fig, ax = plt.subplots(figsize=(6.4, 3.4), dpi=100)
+    if chart.kind == "bar":
+        labels, heights, errs = [], [], []
+        for name, pts in chart.series.items():
+            for x, y, lo, hi in pts:
+                labels.append(_tex_safe(str(name)))
+                heights.append(y)
+                errs.append((y - lo, hi - y) if lo is not None and hi is not None else (0.0, 0.0))
+        ax.bar(range(len(heights)), heights, yerr=list(zip(*errs)) if errs else None, color="#4c72b0", capsize=3)
+        ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right", fontsize=8)
+    else:
+        for name, pts in chart.series.items():
+            pts = [p for p in pts if p[1] is not None and not (isinstance(p[1], float) and math.isnan(p[1]))]
+            if not pts:
+                continue
+            xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+            line, = ax.plot(xs, ys, marker="o", ms=4, label=_tex_safe(str(name)))
+            if any(p[2] is not None for p in pts):
+                ax.fill_between(xs, [p[2] if p[2] is not None else p[1] for p in pts],
+                                [p[3] if p[3] is not None else p[1] for p in pts], color=line.get_color(), alpha=.15)
+        ax.legend(fontsize=7, loc="best")
+        if chart.x_log:
+            ax.set_xscale("log")
+    for label, y in chart.hlines.items():
+        ax.axhline(y, color="#c0392b", ls="--", lw=1)
+        ax.text(0.01, y, _tex_safe(label), transform=ax.get_yaxis_transform(), fontsize=7, color="#c0392b",
+                va="bottom")
+    if chart.y_log:
+        ax.set_yscale("log")
+    ax.set_title(_tex_safe(chart.title), fontsize=10)
+    ax.set_xlabel(_tex_safe(chart.x_label), fontsize=9)
+    ax.set_ylabel(_tex_safe(chart.y_label), fontsize=9)
+    ax.grid(True, alpha=.3)
+    fig.tight_layout()
+    return figure_svg(fig)
+
+
+def render_claims(verdicts: list[Verdict], env: dict[str, Any], context: dict[str, Any]) -> str:
+    """The self-contained HTML claims report (Jinja2, autoescaped; only matplotlib's SVG is inserted raw)."""
+    from reports.html import _env
+    counts = {k: sum(v.verdict == k for v in verdicts) for k in STYLE}
+    sections: dict[str, list[dict[str, Any]]] = {}
+    for v in verdicts:
+        sections.setdefault(v.claim.section, []).append({
+            "v": v, "record": to_record(v), "svg": Markup(chart_svg(v.evidence.chart)),
+            "notes": [n for n in v.evidence.notes if n]})
+    return _env().get_template("claims.html.j2").render(
+        title="bench claims: the documents' trade-offs, measured", verdicts=verdicts, sections=sections,
+        counts=counts, env=env, context=context,
+        generated=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))

@@ -1,0 +1,123 @@
+"""Claims: the decision rules (results that should pass pass, results that should fail fail), the verdict
+logic, the catalog's validation, and the command on cheap claims."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from harness.claims.catalog import load_catalog, select_claims
+from harness.claims.model import Evidence, Figure, Rule, mean_ci
+from harness.claims.rules import check, combine, evaluate
+from harness.claims.verdicts import decide
+from harness.errors import BenchInputError
+from tests.conftest import invoke
+
+WITHIN = Rule("k", "within", "exponent ≈ 2", lo=1.6, hi=2.2)
+
+
+@pytest.mark.parametrize("fig, expected", [
+    (Figure(1.93, 1.88, 1.98), "pass"),            # eager latency exponent with a tight interval
+    (Figure(1.02, 0.97, 1.07), "fail"),            # linear: the whole interval below the bound
+    (Figure(1.9, 1.2, 2.6), "unsure"),             # straddles: never a pass
+    (Figure(2.0), "pass"), (Figure(2.3), "fail"),  # point figures
+])
+def test_within_rule(fig, expected):
+    assert check(WITHIN, fig).status == expected
+
+
+@pytest.mark.parametrize("value, expected", [(0.25, "pass"), (0.125, "fail"), (0.2500001, "fail")])
+def test_equals_is_exact_without_tolerance(value, expected):
+    # kv_bytes(GQA-8) / kv_bytes(MHA-32) equals 0.25 exactly
+    assert check(Rule("kv_ratio", "equals", "1/4", value=0.25), Figure(value)).status == expected
+
+
+def test_equals_with_tolerance_and_one_sided_rules():
+    assert check(Rule("p", "equals", "25M", value=25.6, rel_tol=0.05), Figure(25.557)).status == "pass"
+    assert check(Rule("p", "equals", "25M", value=25.6, rel_tol=0.05), Figure(27.0)).status == "fail"
+    alibi = Rule("r", "at_most", "ALiBi within 5%", hi=1.05)        # loss(4×)/loss(1×)
+    assert check(alibi, Figure(1.01, 0.99, 1.03)).status == "pass"
+    assert check(alibi, Figure(1.40, 1.30, 1.50)).status == "fail"
+    assert check(alibi, Figure(1.04, 1.00, 1.08)).status == "unsure"
+    gap = Rule("g", "at_least", "CNN better", lo=0.0)
+    assert check(gap, Figure(0.2, 0.1, 0.3)).status == "pass"
+    assert check(gap, Figure(-0.2, -0.3, -0.1)).status == "fail"
+    assert check(Rule("t", "is_true", "clear error"), Figure(True)).status == "pass"
+    assert check(Rule("t", "is_true", "clear error"), Figure(False)).status == "fail"
+    assert check(gap, Figure(float("nan"))).status == "unavailable"
+
+
+def test_combine_gives_each_verdict():
+    rules = (Rule("a", "at_least", "a", lo=1), Rule("b", "at_least", "b", lo=1))
+
+    def verdict(a: Figure | None, b: Figure | None, missing: str = "") -> str:
+        ev = Evidence(figures={k: f for k, f in (("a", a), ("b", b)) if f is not None},
+                      unavailable={"b": missing} if missing else {})
+        return combine(evaluate(rules, ev))[0]
+
+    yes, no, maybe = Figure(2.0), Figure(0.0), Figure(1.0, 0.5, 1.5)
+    assert verdict(yes, yes) == "supported"
+    assert verdict(no, no) == "contradicted"
+    assert verdict(yes, no) == "partly supported"
+    assert verdict(maybe, maybe) == "inconclusive"
+    assert verdict(yes, maybe) == "partly supported"
+    assert verdict(no, maybe) == "contradicted"
+    assert verdict(yes, None, "needs a GPU") == "supported"
+    v, reason = combine(evaluate(rules, Evidence(unavailable={"a": "needs a GPU", "b": "needs ImageNet"})))
+    assert v == "inconclusive" and "needs a GPU" in reason and "needs ImageNet" in reason
+
+
+def test_mean_ci_is_a_t_interval():
+    f = mean_ci([1.0, 2.0, 3.0])
+    assert f.value == 2.0 and math.isclose(f.hi - f.value, 4.302653 * 1 / math.sqrt(3), rel_tol=1e-5)
+    assert not mean_ci([5.0]).has_interval and math.isnan(mean_ci([]).value)
+
+
+def test_catalog_has_every_claim_of_claims_md_with_rules_over_produced_figures():
+    claims = load_catalog()
+    assert [c.id for c in claims] == [f"C{i:02d}" for i in range(1, 31)]
+    assert all(c.rules and c.quote and c.where for c in claims)
+    assert [c.id for c in select_claims(claims, "c07, C16")] == ["C07", "C16"]
+    with pytest.raises(BenchInputError, match="C99"):
+        select_claims(claims, "C07,C99")
+
+
+@pytest.mark.parametrize("broken, message", [
+    ('[C01]\ntitle = "x"\n', "missing"),
+    ('[C01]\nsection="s"\ntitle="t"\nquote="q"\nwhere="w"\nprobe="nope"\nrules=[]\n', "unknown probe"),
+    ('[C01]\nsection="s"\ntitle="t"\nquote="q"\nwhere="w"\nprobe="qk_macs"\n'
+     'rules=[{figure="qk_macs_n1000", test="near", says="x"}]\n', "not one of"),
+    ('[C01]\nsection="s"\ntitle="t"\nquote="q"\nwhere="w"\nprobe="qk_macs"\n'
+     'rules=[{figure="made_up", test="is_true", says="x"}]\n', "not produced"),
+    ('[C01]\nsection="s"\ntitle="t"\nquote="q"\nwhere="w"\nprobe="qk_macs"\n'
+     'rules=[{figure="qk_macs_n1000", test="within", lo=1, says="x"}]\n', "needs hi"),
+])
+def test_catalog_validation(tmp_path, broken, message):
+    path = tmp_path / "claims.toml"
+    path.write_text(broken)
+    with pytest.raises(BenchInputError, match=message):
+        load_catalog(path)
+
+
+def test_decide_on_a_real_probe_document_arithmetic():
+    from harness.claims.probes.vision import attention_arithmetic
+    claim = next(c for c in load_catalog() if c.id == "C26")
+    assert decide(claim, attention_arithmetic(None)).verdict == "supported"   # type: ignore[arg-type]
+    wrong = Evidence(figures={**attention_arithmetic(None).figures,            # type: ignore[arg-type]
+                              "entries_vit_b16": Figure(197.0 ** 2)})          # with [CLS]: not 14⁴
+    assert decide(claim, wrong).verdict == "partly supported"
+
+
+def test_bench_claims_command_on_cheap_claims(tmp_path):
+    store_url = f"sqlite:///{tmp_path / 'r.sqlite'}"
+    out = tmp_path / "c.html"
+    result = invoke("claims", "--quick", "--only", "C12,C20,C26", "--store", store_url, "-o", str(out))
+    assert result.exit_code == 0, result.output
+    record = json.loads(out.with_suffix(".json").read_text())
+    verdicts = {c["id"]: c["verdict"] for c in record["claims"]}
+    assert verdicts == {"C12": "contradicted", "C20": "supported", "C26": "supported"}
+    page = out.read_text()
+    assert "C12" in page and "<svg" in page and "contradicted" in page
+    bad = invoke("claims", "--only", "C77", "--store", store_url, "-o", str(out))
+    assert bad.exit_code == 2 and "C77" in bad.stderr
