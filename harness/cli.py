@@ -145,7 +145,8 @@ def _render_run(store: Store, run_id: str, axis: str | None) -> None:
     from reports.terminal import cases_table, exponents_table
     rows = store.records(run_id)
     axis = sweep_axis(rows, axis)
-    out.print(cases_table(rows, axis, title=f"run {run_id}"))
+    peak = (store.get_run(run_id).get("options") or {}).get("peak")
+    out.print(cases_table(rows, axis, title=f"run {run_id}", peak=peak))
     if axis and any(r["status"] == "ok" for r in rows):
         out.print(exponents_table(exponents(rows, axis), axis))
 

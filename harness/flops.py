@@ -41,31 +41,54 @@ What the stock counter (torch 2.14) misses and this module adds (:data:`EXTRA_FO
 Ops that no formula knows (custom ops, ``_grouped_mm``, ``_trilinear``, ...) count 0 and never
 crash the counter; a formula that cannot read its arguments (e.g. a nested tensor on fake
 storage) warns with :class:`FlopFormulaWarning` and counts 0.
+
+**Bytes moved** (:class:`ByteCounterMode`, counted in the same pass as the FLOPs): the memory
+traffic of the step *if every aten op reads each of its tensor operands once from memory and
+writes each of its results once to memory*, with no reuse across ops (nothing stays in cache
+between one op and the next). It is the standard roofline model's operational-intensity
+denominator (Williams, Waterman & Patterson 2009): ``flops / bytes_moved`` is the arithmetic
+intensity in FLOP/byte. It is an upper bound on real DRAM traffic for fused or cache-resident
+work (and a lower bound for kernels that re-read operands, such as blocked matmuls that spill).
+Per op: the bytes of its distinct tensor inputs (an input's bytes are the elements it addresses
+times the element size; a broadcast dimension of stride 0, as made by ``expand``, counts once)
+plus the bytes of its distinct tensor outputs. Views and metadata-only ops (``view``,
+``_unsafe_view``, ``transpose``, ``t``, ``permute``, ``expand``, ``slice``, ``select``,
+``detach``, ``alias``, ``as_strided``, ... — every op whose schema returns an alias of an input
+— and ``size``/``stride``/``empty`` and friends) move 0 bytes. In-place ops read and write their
+``self`` (``add_``: 3 operands); write-only destinations (``copy_``'s and ``fill_``'s ``self``,
+``out=``) are counted as written only. So an fp32 ``(m, k) @ (k, n)`` moves ``4·(mk + kn + mn)``
+bytes and an elementwise add of two fp32 ``(n,)`` tensors ``12·n``.
 """
 from __future__ import annotations
 
 import functools
 import math
 import warnings
+from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_map
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves, tree_map
 from torch.utils.flop_counter import FlopCounterMode
 
 from harness.steps import first_tensor
 
 __all__ = [
+    "ByteCounterMode",
     "EXTRA_FORMULAS",
     "FlopCount",
     "FlopFormulaWarning",
+    "count_bytes",
     "count_flops",
     "count_model",
     "count_params",
     "mha_flops",
+    "op_bytes",
+    "tensor_traffic_bytes",
     "sdpa_backward_flops",
     "sdpa_flops",
 ]
@@ -79,12 +102,23 @@ class FlopFormulaWarning(UserWarning):
 
 @dataclass(frozen=True)
 class FlopCount:
-    """The result of a count. ``flops`` is 2 per multiply-accumulate; ``macs = flops // 2``."""
+    """The result of a count. ``flops`` is 2 per multiply-accumulate; ``macs = flops // 2``.
+
+    ``bytes_moved`` is the operator-level memory traffic of the same pass (see the module
+    docstring: each op reads its operands and writes its results once, no cross-op reuse).
+    """
 
     flops: int
     macs: int
     by_op: dict[str, int]      # flops per aten op packet name, e.g. "aten.addmm"
     by_module: dict[str, int]  # flops of the root module(s) and their direct children, e.g. "ResNet.layer1"
+    bytes_moved: int = 0
+    bytes_by_op: dict[str, int] = field(default_factory=dict)   # bytes moved per aten op packet name
+
+    @property
+    def intensity(self) -> float:
+        """Arithmetic intensity in FLOP/byte (``flops / bytes_moved``); NaN when nothing moved."""
+        return self.flops / self.bytes_moved if self.bytes_moved else math.nan
 
     @property
     def gflops(self) -> float:
@@ -283,27 +317,130 @@ del _ops, _formula, _raw, _wrapped, _op
 
 
 # --------------------------------------------------------------------------------------------
+# Bytes moved: operator-level memory traffic (the roofline model's denominator)
+# --------------------------------------------------------------------------------------------
+
+_METADATA_OPS = {  # read shapes/strides or allocate without touching memory: 0 bytes
+    "size", "sym_size", "stride", "sym_stride", "storage_offset", "sym_storage_offset", "numel", "sym_numel",
+    "dim", "is_contiguous", "sym_is_contiguous", "is_strides_like_format", "is_non_overlapping_and_dense",
+    "is_same_size", "_unsafe_view", "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
+    "empty_permuted", "resize_", "resize_as_", "set_", "_resize_output_", "_nested_tensor_size",
+    "_nested_tensor_strides", "_nested_tensor_storage_offsets", "record_stream", "_has_compatible_shallow_copy_type",
+}
+_WRITE_ONLY_SELF = {  # in-place ops that overwrite ``self`` without reading it
+    "copy_", "fill_", "zero_", "uniform_", "normal_", "random_", "exponential_", "bernoulli_", "geometric_",
+    "log_normal_", "cauchy_", "_copy_from", "_copy_from_and_resize",
+}
+
+
+def tensor_traffic_bytes(t: torch.Tensor) -> int:
+    """Bytes an op reads or writes for ``t``: the elements it addresses × element size.
+
+    A dimension of stride 0 (a broadcast made by ``expand``) is one element wide in memory, so
+    it counts once. Tensors without strides (nested, sparse) count ``numel × element size``;
+    anything unreadable counts 0.
+    """
+    try:
+        if t.layout == torch.strided and not t.is_nested:
+            n = 1
+            for size, stride in zip(t.shape, t.stride()):
+                n *= 1 if (stride == 0 and size > 0) else int(size)
+            return int(n) * t.element_size()
+        return int(t.numel()) * t.element_size()
+    except Exception:  # noqa: BLE001 - a traffic count must not crash a benchmark
+        return 0
+
+
+def _distinct_tensors(tree: Any) -> list[torch.Tensor]:
+    seen: dict[int, torch.Tensor] = {}
+    for leaf in tree_leaves(tree):
+        if isinstance(leaf, torch.Tensor):
+            seen.setdefault(id(leaf), leaf)
+    return list(seen.values())
+
+
+def op_bytes(func: Any, args: tuple, kwargs: dict, out: Any) -> int:
+    """Bytes one dispatched aten op moves: its distinct tensor inputs read + its tensor outputs written.
+
+    0 for views (every op whose schema returns an alias of an input: ``view``, ``transpose``,
+    ``expand``, ``slice``, ``detach``, ...) and metadata/allocation ops (``size``, ``empty``,
+    ``_unsafe_view``, ...). ``out=`` tensors and the ``self`` of write-only in-place ops
+    (``copy_``, ``fill_``, ``zero_``, ...) are counted as written, not read.
+    """
+    if getattr(func, "is_view", False) or getattr(func, "namespace", "aten") == "prim":
+        return 0
+    name = getattr(getattr(func, "_overloadpacket", None), "__name__", "") or ""
+    if name in _METADATA_OPS:
+        return 0
+    read_args: Any = args[1:] if (name in _WRITE_ONLY_SELF and args) else args
+    read_kwargs = {k: v for k, v in (kwargs or {}).items() if k != "out"}
+    reads = _distinct_tensors((read_args, read_kwargs))
+    writes = _distinct_tensors(out)
+    return sum(tensor_traffic_bytes(t) for t in reads) + sum(tensor_traffic_bytes(t) for t in writes)
+
+
+class ByteCounterMode(TorchDispatchMode):
+    """Sums :func:`op_bytes` over every aten op dispatched while active (real or fake tensors).
+
+    ``bytes_moved``: the total; ``by_op``: per op packet name (``"aten.mm"``). This is the traffic
+    if each op reads its operands and writes its results once from memory, with no cache reuse
+    across ops: the standard roofline "operational intensity" model (see the module docstring).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bytes_moved = 0
+        self.by_op: dict[str, int] = defaultdict(int)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        try:
+            n = op_bytes(func, args, kwargs, out)
+        except Exception:  # noqa: BLE001 - a traffic count must not crash a benchmark
+            n = 0
+        if n:
+            self.bytes_moved += n
+            self.by_op[str(func._overloadpacket)] += n
+        return out
+
+
+def count_bytes(fn: Callable[[], object]) -> tuple[int, dict[str, int]]:
+    """``(bytes_moved, by_op)`` of ``fn()`` under :class:`ByteCounterMode` alone (no FLOP counting)."""
+    mode = ByteCounterMode()
+    with mode:
+        fn()
+    return mode.bytes_moved, dict(mode.by_op)
+
+
+# --------------------------------------------------------------------------------------------
 # Public API
 # --------------------------------------------------------------------------------------------
 
-def _result(counter: FlopCounterMode) -> FlopCount:
+def _result(counter: FlopCounterMode, traffic: ByteCounterMode | None = None) -> FlopCount:
     counts = counter.get_flop_counts()
     flops = int(counter.get_total_flops())
     by_op = {str(op): int(v) for op, v in counts.get("Global", {}).items() if v}
     by_module = {name: int(sum(ops.values())) for name, ops in counts.items()
                  if name != "Global" and name.count(".") <= 1}
-    return FlopCount(flops=flops, macs=flops // 2, by_op=by_op, by_module=by_module)
+    moved = traffic.bytes_moved if traffic is not None else 0
+    by_op_bytes = dict(traffic.by_op) if traffic is not None else {}
+    return FlopCount(flops=flops, macs=flops // 2, by_op=by_op, by_module=by_module,
+                     bytes_moved=int(moved), bytes_by_op=by_op_bytes)
 
 
 def count_flops(fn: Callable[[], object]) -> FlopCount:
     """Run ``fn()`` under FlopCounterMode with :data:`EXTRA_FORMULAS` and return the count.
 
-    Works with real and fake tensors alike.
+    The same pass also counts ``bytes_moved`` (:class:`ByteCounterMode`, beneath the FLOP counter,
+    so it sees the ops that actually run after any decomposition). Works with real and fake
+    tensors alike.
     """
     counter = FlopCounterMode(display=False, custom_mapping=EXTRA_FORMULAS)
-    with counter:
+    traffic = ByteCounterMode()
+    with traffic, counter:
         fn()
-    return _result(counter)
+    return _result(counter, traffic)
 
 
 def count_model(model: nn.Module, inputs: tuple | torch.Tensor, mode: Literal["fwd", "fwd_bwd"] = "fwd") -> FlopCount:

@@ -58,7 +58,7 @@ def static_bytes(model: nn.Module, inputs: tuple) -> int:
 
 
 def fake_pass(spec: ArchSpec, w: Workload, device: torch.device, want_flops: bool) -> dict[str, float]:
-    """Params, MACs/FLOPs and the estimated peak bytes, on fake tensors (no memory, no arithmetic)."""
+    """Params, MACs/FLOPs, bytes moved and the estimated peak bytes, on fake tensors (no memory, no arithmetic)."""
     dtype = w.torch_dtype
     out: dict[str, float] = {}
     mode = new_fake_mode()
@@ -71,6 +71,7 @@ def fake_pass(spec: ArchSpec, w: Workload, device: torch.device, want_flops: boo
         if want_flops:   # one fake step both counted and tracked: fake dispatch is the cost here
             counted = flop_counter.count_flops(lambda: peak.append(memory.estimate_peak(step)))
             out["macs"], out["flops"] = float(counted.macs), float(counted.flops)
+            out["bytes_moved"] = float(counted.bytes_moved)   # op-level traffic, no cross-op reuse (flops.py)
         else:
             peak.append(memory.estimate_peak(step))
         out["est_peak_bytes"] = float(static_bytes(model, inputs) + peak[0])

@@ -26,6 +26,25 @@ def peak_flops(peak: dict[str, Any] | None, device: str, dtype: str) -> float | 
     return float(value_) if value_ else None
 
 
+def peak_bandwidth(peak: dict[str, Any] | None, device: str) -> float | None:
+    """The measured copy bandwidth (bytes/s, read + written) on ``device`` from ``options["peak"]`` (None if absent)."""
+    if not peak:
+        return None
+    dev = peak.get(device) or peak.get(device.split(":")[0])
+    value_ = (dev or {}).get("copy_bytes_per_s")
+    return float(value_) if value_ else None
+
+
+def roofline_point(row: dict[str, Any]) -> tuple[float, float] | None:
+    """A case's ``(arithmetic intensity FLOP/byte, achieved FLOP/s)``: ``flops / bytes_moved`` and
+    ``flops / median time``; None unless the case is ok with positive ``flops``, ``bytes_moved`` and ``median_ms``."""
+    m = row.get("metrics") or {}
+    flops, moved, median_ms = m.get("flops"), m.get("bytes_moved"), m.get("median_ms")
+    if row.get("status") != "ok" or not all(isinstance(v, (int, float)) and v > 0 for v in (flops, moved, median_ms)):
+        return None
+    return float(flops) / float(moved), float(flops) / (float(median_ms) / 1e3)
+
+
 def rates(row: dict[str, Any], peak: dict[str, Any] | None = None) -> dict[str, float]:
     """A case's achieved FLOP/s (counted ``flops`` / median time) and its share of the measured peak.
 

@@ -20,7 +20,7 @@ from harness.errors import BenchInputError
 from harness.stats import Fit, summarize
 from harness.suite import find_suite
 from reports.frames import EXPONENT_METRICS, exponents, value
-from reports.plots import figure_svg, resolve_plot_spec, suite_figure
+from reports.plots import figure_svg, resolve_plot_spec, roofline_data, roofline_figure, suite_figure
 
 TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 TEMPLATE = "report.html.j2"
@@ -109,6 +109,16 @@ def _run_context(index: int, run: Run, rows: Rows) -> dict[str, Any]:
     if rows:
         fig = suite_figure(rows, plot)
         svg = Markup(figure_svg(fig))  # matplotlib's SVG; its text is XML-escaped by matplotlib
+    peak = (run.get("options") or {}).get("peak") or {}
+    roofline = None
+    if rows:
+        data = roofline_data(rows, peak)
+        roofline = {"figure": Markup(figure_svg(roofline_figure(rows, peak))), "n_points": data["n_points"],
+                    "left_out": data["left_out"], "not_ok": data["not_ok"],
+                    "roofs": [{"device": r["device"], "dtype": r["dtype"],
+                               "gflops": _num(r["flops_per_s"], 1e9, "{:,.1f}"),
+                               "gbps": _num(r["bytes_per_s"], 1e9, "{:,.1f}"),
+                               "ridge": _num(r["ridge"], 1.0, "{:,.1f}")} for r in data["roofs"]]}
     fits = []
     numeric = axis is not None and rows and all(isinstance(value(r, axis), (int, float)) for r in rows)
     if numeric and any(r["status"] == "ok" for r in rows):
@@ -127,7 +137,7 @@ def _run_context(index: int, run: Run, rows: Rows) -> dict[str, Any]:
         "hard": [(k, _env_value(k, v)) for k, v in (env.get("hard") or {}).items()],
         "soft": [(k, _env_value(k, v)) for k, v in (env.get("soft") or {}).items()],
         "cases": [_case_row(r, axis) for r in rows], "show_arch": len({r["arch"] for r in rows}) > 1,
-        "figure": svg, "fit_labels": list(EXPONENT_METRICS.values()), "fits": fits,
+        "figure": svg, "roofline": roofline, "fit_labels": list(EXPONENT_METRICS.values()), "fits": fits,
         "raw": [_raw_stats(r, axis) for r in rows],
     }
 

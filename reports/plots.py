@@ -1,4 +1,4 @@
-"""Matplotlib figures of a run (one line per suite line, fitted exponents in the legend) and inline SVG.
+"""Matplotlib figures of a run (one line per suite line, fitted exponents in the legend; a roofline) and inline SVG.
 
 Figures are built as ``matplotlib.figure.Figure`` objects directly — never through pyplot — so no
 interactive backend, GUI or global figure registry is involved; SVG is written by matplotlib's own
@@ -19,7 +19,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
 from harness.stats import fit_loglog  # noqa: E402
-from reports.frames import sweep_axis, value  # noqa: E402
+from reports.frames import peak_bandwidth, peak_flops, roofline_point, sweep_axis, value  # noqa: E402
 
 MiB = 1024 * 1024
 
@@ -152,6 +152,108 @@ def suite_figure(rows: list[dict[str, Any]], plot_spec: dict[str, Any] | None = 
                   title_fontsize=8)
     if not rows:
         ax.text(0.5, 0.5, "no cases stored", transform=ax.transAxes, ha="center", va="center")
+    return fig
+
+
+def roofline_data(rows: list[dict[str, Any]], peak: dict[str, Any] | None) -> dict[str, Any]:
+    """What the roofline of a run shows, without drawing it.
+
+    ``points``: per line, ``[(case_key, intensity FLOP/byte, achieved FLOP/s)]`` of the ok cases
+    that have ``flops``, ``bytes_moved`` and ``median_ms``; ``left_out``: how many measured
+    (ok) cases lack one of them; ``not_ok``: cases that did not finish ok; ``roofs``: one per
+    (device, dtype) of the run's cases with a measured peak: ``{device, dtype, flops_per_s,
+    bytes_per_s, ridge}`` (``bytes_per_s`` / ``ridge`` None when the bandwidth is missing).
+    """
+    points: dict[str, list[tuple[str, float, float]]] = {}
+    left_out = 0
+    pairs: dict[tuple[str, str], None] = {}
+    for r in rows:
+        pairs[(str(r["workload"].get("device", "cpu")), str(r["workload"].get("dtype", "fp32")))] = None
+        if r["status"] != "ok":
+            continue
+        pt = roofline_point(r)
+        if pt is None:
+            left_out += 1
+            continue
+        points.setdefault(r["line"], []).append((r["case_key"], pt[0], pt[1]))
+    roofs = []
+    for device, dtype in pairs:
+        top = peak_flops(peak, device, dtype)
+        if not top:
+            continue
+        bw = peak_bandwidth(peak, device)
+        roofs.append({"device": device, "dtype": dtype, "flops_per_s": top, "bytes_per_s": bw,
+                      "ridge": top / bw if bw else None})
+    return {"points": points, "left_out": left_out, "not_ok": sum(r["status"] != "ok" for r in rows),
+            "n_points": sum(len(v) for v in points.values()), "roofs": roofs}
+
+
+def roofline_figure(rows: list[dict[str, Any]], peak: dict[str, Any] | None) -> Figure:
+    """Log-log roofline of one run: x = arithmetic intensity (counted ``flops`` / ``bytes_moved``,
+    FLOP/byte), y = achieved FLOP/s (``flops`` / median time), one marker per measured case coloured
+    by suite line; the machine's measured roofs from ``peak`` (a run's ``options["peak"]``): the
+    matmul peak of the cases' dtype (horizontal, SVG id ``roof-compute-<dtype>``), the copy bandwidth
+    slope ``y = bandwidth · x`` (``roof-memory-<dtype>``) and their ridge point (``ridge-<dtype>``).
+    Ok cases without the metrics are left out and counted in a note; never raises on missing data.
+    """
+    data = roofline_data(rows, peak)
+    fig = Figure(figsize=(9.5, 4.8), layout="constrained")
+    ax = fig.add_subplot()
+    xs_all = [p[1] for pts in data["points"].values() for p in pts]
+    ys_all = [p[2] for pts in data["points"].values() for p in pts]
+    for i, line in enumerate(dict.fromkeys(r["line"] for r in rows)):
+        pts = data["points"].get(line)
+        if not pts:
+            continue
+        ax.scatter([p[1] for p in pts], [p[2] for p in pts], color=f"C{i % 10}", s=28, zorder=4,
+                   marker="os^vDP"[(i // 10) % 6], label=_tex_safe(line), gid=f"points-{i}")
+    ridges = [r["ridge"] for r in data["roofs"] if r["ridge"]]
+    tops = [r["flops_per_s"] for r in data["roofs"]]
+    anchors_x = xs_all + ridges
+    if anchors_x:
+        lo, hi = min(anchors_x) / 4, max(anchors_x) * 4
+    else:
+        lo, hi = 0.1, 1000.0
+    styles = ["-", "--", ":", "-."]
+    for j, roof in enumerate(data["roofs"]):
+        ls, dt = styles[j % len(styles)], _tex_safe(roof["dtype"])
+        where = f"{_tex_safe(roof['device'])} {dt}"
+        top, bw, ridge = roof["flops_per_s"], roof["bytes_per_s"], roof["ridge"]
+        if ridge:
+            ax.plot([ridge, hi], [top, top], color="k", ls=ls, lw=1.4, gid=f"roof-compute-{roof['dtype']}",
+                    label=f"matmul peak {where}: {top / 1e9:,.1f} GFLOP/s")
+            ax.plot([lo, ridge], [bw * lo, top], color="0.45", ls=ls, lw=1.4, gid=f"roof-memory-{roof['dtype']}",
+                    label=f"copy bandwidth {_tex_safe(roof['device'])}: {bw / 1e9:,.1f} GB/s")
+            ax.plot([ridge], [top], ls="", marker="D", color="k", ms=6, zorder=5, gid=f"ridge-{roof['dtype']}",
+                    label=f"ridge {ridge:,.1f} FLOP/byte")
+        else:
+            ax.plot([lo, hi], [top, top], color="k", ls=ls, lw=1.4, gid=f"roof-compute-{roof['dtype']}",
+                    label=f"matmul peak {where}: {top / 1e9:,.1f} GFLOP/s (no bandwidth measured)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    y_vals = ys_all + tops
+    if y_vals:
+        ax.set_ylim(min(y_vals) / 5, max(y_vals) * 3)
+    ax.set_xlabel("arithmetic intensity (FLOP/byte) = counted FLOPs / bytes moved")
+    ax.set_ylabel("achieved FLOP/s = counted FLOPs / median time")
+    ax.grid(True, which="major", alpha=0.3)
+    suites = sorted({r["suite"] for r in rows})
+    ax.set_title(_tex_safe("roofline" + (f" · {' / '.join(suites)}" if suites else "")), fontsize=11)
+    notes = ["FLOPs = 2·MACs; bytes moved: each op reads its inputs and writes its outputs once (no cache reuse)"]
+    if not data["roofs"]:
+        notes.append("no measured peak stored for these cases (--no-calibrate or an older run): no roofs")
+    if data["left_out"]:
+        notes.append(f"{data['left_out']} ok case(s) left out: no flops, bytes_moved or median time")
+    if not data["n_points"]:
+        ax.text(0.5, 0.5, "no case with flops, bytes_moved and a median time", transform=ax.transAxes,
+                ha="center", va="center")
+    fig.text(0.01, 0.005, _tex_safe("\n".join(notes)), fontsize=7, color="0.3", ha="left", va="bottom",
+             gid="roofline-note")
+    fig.get_layout_engine().set(rect=(0, 0.03 * len(notes), 1, 1 - 0.03 * len(notes)))
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig
 
 

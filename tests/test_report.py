@@ -106,7 +106,8 @@ def test_one_self_contained_file(page):
     assert not re.findall(r"url\((?!#)", lowered)          # only in-page references (SVG clip paths)
     assert not re.findall(r"href=\"(?!#)", lowered)        # only in-page anchors
     assert page.startswith("<!DOCTYPE html>")
-    assert page.count("<svg") == 2                      # one figure per run
+    assert page.count("<svg") == 4                      # per run: the suite's figure and the roofline
+    assert page.count("<h3>Roofline") == 2
     assert "<style>" in page
 
 

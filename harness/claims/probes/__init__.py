@@ -32,7 +32,9 @@ def load_all() -> dict[str, tuple[ProbeFn, tuple[str, ...]]]:
 
 # -- helpers over stored rows -------------------------------------------------------------
 def field(row: dict[str, Any], key: str) -> Any:
-    """A case's workload field, else config field, else None."""
+    """A case's own column (arch, line), else its workload field, else config field, else None."""
+    if key in ("arch", "line"):
+        return row[key]
     return row["workload"].get(key, row["config"].get(key))
 
 

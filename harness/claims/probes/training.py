@@ -69,25 +69,27 @@ def scaling(ctx: Context) -> Evidence:
     """C07: the numeric part (variance, saturation, Jacobian at d_k) and the tiny training run."""
     res = ctx.experiment("attn_scaling")
     ev = Evidence(notes=[_note(res)])
-    stats = res.get("stats") or res.get("analytic") or {}
-    dks = sorted(stats, key=float) if isinstance(stats, dict) else []
+    raw = res.get("numeric", {})
+    dks = sorted((k for k in raw if k.isdigit()), key=int)
+    stat = lambda k, key: mean_ci(raw[k][key]).value  # noqa: E731  (mean over seeds)
     if dks:
-        big = str(max(float(k) for k in dks if float(k) <= 256) if any(float(k) <= 256 for k in dks) else dks[-1])
-        big = next(k for k in dks if float(k) == float(big))
-        ratios = [stats[k]["var_unscaled"] / float(k) for k in dks]
+        big = max((k for k in dks if int(k) <= 256), key=int, default=dks[-1])
+        ratios = [stat(k, "var_unscaled") / int(k) for k in dks]
         ev.figures["var_ratio_unscaled"] = Figure(sum(ratios) / len(ratios), min(ratios), max(ratios), "× d_k",
-                                                  f"Var(q·k)/d_k unscaled, range over d_k = {', '.join(dks)}")
-        scaled = [stats[k]["var_scaled"] for k in dks]
+                                                  f"Var(q·k)/d_k unscaled; range over d_k = {', '.join(dks)}")
+        scaled = [stat(k, "var_scaled") for k in dks]
         ev.figures["var_scaled"] = Figure(sum(scaled) / len(scaled), min(scaled), max(scaled), "",
-                                          "Var(q·k/√d_k), range over d_k")
-        s = stats[big]
-        ev.figures["saturation_gap"] = Figure(s["saturated_unscaled"] - s["saturated_scaled"], unit="share of rows",
-                                              note=f"d_k={big}: rows with max p > 0.99, unscaled − scaled")
-        ev.figures["jacobian_ratio"] = Figure(s["jacobian_unscaled"] / s["jacobian_scaled"], unit="×",
-                                              note=f"d_k={big}: mean ‖∂softmax‖_F unscaled / scaled")
+                                          "Var(q·k/√d_k); range over d_k")
+        ev.figures["saturation_gap"] = mean_ci(_per_seed(raw[big]["saturated_unscaled"], raw[big]["saturated_scaled"]),
+                                               "share of rows", f"d_k={big}: rows with max p > 0.99, "
+                                               "unscaled − scaled")
+        ev.figures["jacobian_ratio"] = mean_ci(_per_seed(raw[big]["jacobian_median_unscaled"],
+                                                         raw[big]["jacobian_median_scaled"], lambda a, b: a / b), "×",
+                                               f"d_k={big}: median ‖∂softmax/∂logits‖_F per row, unscaled / scaled "
+                                               "(the mean is not monotone in saturation: a one-hot row has J = 0)")
         ev.chart = Chart("saturated softmax rows vs d_k", "d_k", "share of rows with max p > 0.99", {
-            "unscaled": [(float(k), stats[k]["saturated_unscaled"], None, None) for k in dks],
-            "scaled by 1/√d_k": [(float(k), stats[k]["saturated_scaled"], None, None) for k in dks]}, x_log=True)
+            "unscaled": [(int(k), stat(k, "saturated_unscaled"), None, None) for k in dks],
+            "scaled by 1/√d_k": [(int(k), stat(k, "saturated_scaled"), None, None) for k in dks]}, x_log=True)
     train = res.get("training", {})
     if train.get("unscaled", {}).get("final_loss") and train.get("scaled", {}).get("final_loss"):
         ev.figures["train_loss_gap"] = mean_ci(_per_seed(train["unscaled"]["final_loss"],

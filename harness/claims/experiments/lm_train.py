@@ -1,0 +1,136 @@
+"""One small language-model training loop and its evaluation helpers (CPU-sized).
+
+:func:`train_lm`: AdamW, linear warm-up then cosine decay to 10% (or constant), gradient clipping,
+random corpus windows from a seeded generator; returns the loss curve. :func:`eval_windows` gives a
+fixed set of validation windows (its own seed, so every model sees the same ones), and
+:func:`position_losses` the per-position next-token loss and accuracy over them.
+The caller owns torch's thread count.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from harness.claims.experiments.text_data import VOCAB, sample_batch, sample_windows
+from harness.registry import resolve
+
+EVAL_SEED = 1234
+
+
+@dataclass(frozen=True)
+class LMSetup:
+    """Sizes shared by the LM experiments; each experiment's Setup extends it."""
+
+    d_model: int = 128
+    n_layers: int = 2
+    n_heads: int = 8
+    d_ff: int | None = None        # None: 4 · d_model
+    seq_len: int = 64
+    steps: int = 300
+    batch: int = 32
+    lr: float = 3e-3
+    warmup: int = 30
+    schedule: str = "cosine"       # or "constant" (after warm-up)
+    clip: float = 1.0
+    weight_decay: float = 0.01
+    eval_windows: int = 128
+    eval_batch: int = 32
+    corpus_bytes: int = 3_000_000
+
+
+def build_lm(seed: int, **overrides: Any) -> nn.Module:
+    """A ``decoder-tiny`` with ``overrides`` over a byte vocabulary, initialised from ``seed``."""
+    spec = resolve("decoder-tiny", **{"vocab_size": VOCAB, **overrides})
+    torch.manual_seed(seed)
+    return spec.build(spec.config)
+
+
+def n_params(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def lr_at(step: int, s: LMSetup) -> float:
+    if step < s.warmup:
+        return s.lr * (step + 1) / s.warmup
+    if s.schedule == "constant":
+        return s.lr
+    frac = (step - s.warmup) / max(1, s.steps - s.warmup)
+    return s.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+def train_lm(model: nn.Module, data: Tensor, s: LMSetup, seed: int, seq_len: int | None = None,
+             log_every: int = 10) -> dict:
+    """Train next-token prediction on random windows of ``data``; returns ``losses`` (the mean over
+    each ``log_every`` steps), ``final_loss`` (mean of the last 10% of steps), tokens and seconds."""
+    seq_len = seq_len or s.seq_len
+    g = torch.Generator().manual_seed(10_000 + seed)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": s.weight_decay},
+                             {"params": rest, "weight_decay": 0.0}], lr=s.lr, betas=(0.9, 0.95))
+    model.train()
+    t0 = time.perf_counter()
+    per_step: list[float] = []
+    for step in range(s.steps):
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, s)
+        x, y = sample_batch(data, s.batch, seq_len, g)
+        logits = model(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), s.clip)
+        opt.step()
+        per_step.append(loss.item())
+    model.eval()
+    curve = [sum(per_step[i:i + log_every]) / len(per_step[i:i + log_every])
+             for i in range(0, len(per_step), log_every)]
+    tail = per_step[-max(1, len(per_step) // 10):]
+    return {"losses": curve, "log_every": log_every, "final_loss": sum(tail) / len(tail),
+            "tokens": s.steps * s.batch * seq_len, "seconds": time.perf_counter() - t0}
+
+
+def eval_windows(data: Tensor, length: int, n: int, seed: int = EVAL_SEED) -> Tensor:
+    """``n`` fixed windows of ``length + 1`` tokens (inputs + shifted targets) from ``data``."""
+    return sample_windows(data, n, length + 1, torch.Generator().manual_seed(seed))
+
+
+@torch.no_grad()
+def position_losses(model: nn.Module, windows: Tensor, batch: int = 32) -> tuple[Tensor, Tensor]:
+    """Per-position mean next-token loss and accuracy over ``windows`` (N, T+1): two (T,) tensors."""
+    model.eval()
+    loss_sum = torch.zeros(windows.shape[1] - 1, dtype=torch.float64)
+    hit_sum = torch.zeros_like(loss_sum)
+    for i in range(0, windows.shape[0], batch):
+        w = windows[i:i + batch]
+        logits = model(w[:, :-1]).float()                                  # (b, T, V)
+        nll = F.cross_entropy(logits.transpose(1, 2), w[:, 1:], reduction="none")   # (b, T)
+        loss_sum += nll.sum(0).double()
+        hit_sum += (logits.argmax(-1) == w[:, 1:]).sum(0).double()
+    return loss_sum / windows.shape[0], hit_sum / windows.shape[0]
+
+
+def evaluate(model: nn.Module, data: Tensor, length: int, n: int, batch: int = 32) -> dict[str, float]:
+    """Mean next-token loss (nats) and accuracy over ``n`` fixed validation windows of ``length``."""
+    loss, acc = position_losses(model, eval_windows(data, length, n), batch)
+    return {"loss": float(loss.mean()), "acc": float(acc.mean())}
+
+
+@torch.no_grad()
+def last_position_loss(model: nn.Module, windows: Tensor, batch: int = 32) -> dict[str, float]:
+    """Loss/accuracy of predicting token T from the prefix of T tokens alone (windows (N, T+1)):
+    the generation-time setting, where nothing after the prediction point exists."""
+    model.eval()
+    nll, hits = [], []
+    for i in range(0, windows.shape[0], batch):
+        w = windows[i:i + batch]
+        logits = model(w[:, :-1])[:, -1].float()                           # (b, V)
+        nll.append(F.cross_entropy(logits, w[:, -1], reduction="none"))
+        hits.append((logits.argmax(-1) == w[:, -1]).float())
+    return {"loss": float(torch.cat(nll).mean()), "acc": float(torch.cat(hits).mean())}

@@ -1,0 +1,260 @@
+"""`bench report` in a real headless browser: the self-contained HTML loads, renders and stays offline.
+
+One real run of the tiny suite (inline executor) plus a second run made from its records (every
+median doubled, as in test_report.py), so the multi-run aligned view is rendered too. The report is
+opened as file:// in Debian's headless chromium through selenium and the system chromedriver.
+
+`page_problems` is the checker; `test_checker_flags_broken_pages` feeds it deliberately broken
+copies of the report so every one of its checks is shown to be able to fail.
+
+Without chromium/chromedriver (apt-get install chromium chromium-driver) the tests are skipped;
+with BENCH_REQUIRE_BROWSER=1 (as .ci/run sets) they fail instead.
+"""
+from __future__ import annotations
+
+import dataclasses
+import http.server
+import io
+import json
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from harness.spec import Record
+from harness.store import Store
+from tests.conftest import invoke, run_tiny
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+CHECKS = ("loads", "console", "js-errors", "figures", "page-blank", "figure-blank", "network")
+
+# collects uncaught errors and failed loads before any page script runs
+ERROR_HOOK = """
+window.__benchErrors = [];
+window.addEventListener('error', e => window.__benchErrors.push(
+    e.message || ('failed to load ' + ((e.target && (e.target.src || e.target.href)) || '?'))), true);
+window.addEventListener('unhandledrejection', e => window.__benchErrors.push('rejection: ' + e.reason));
+"""
+
+
+def _missing_browser() -> str | None:
+    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not (os.access(p, os.X_OK) or shutil.which(Path(p).name))]
+    if missing:
+        return (f"headless-browser test needs {' and '.join(missing)} "
+                "(apt-get install chromium chromium-driver)")
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return "headless-browser test needs selenium (pip install -e '.[test]')"
+    return None
+
+
+def _binary(path: str) -> str:
+    return path if os.access(path, os.X_OK) else shutil.which(Path(path).name)
+
+
+@pytest.fixture(scope="module")
+def driver():
+    reason = _missing_browser()
+    if reason:
+        if os.environ.get("BENCH_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"BENCH_REQUIRE_BROWSER=1 but {reason}", pytrace=False)
+        pytest.skip(reason)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = _binary(CHROMIUM)
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,2000",
+                "--disable-dev-shm-usage", "--hide-scrollbars"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    drv = webdriver.Chrome(service=Service(_binary(CHROMEDRIVER)), options=options)
+    try:
+        drv.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": ERROR_HOOK})
+        yield drv
+    finally:
+        drv.quit()
+
+
+@pytest.fixture(scope="module")
+def report_html(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("browser")
+    _, url, result = run_tiny(tmp)
+    assert result.exit_code == 0, result.output
+    store = Store(url, create=False)
+    first = store.get_run("latest")
+    rows = store.records(first["id"])
+    fields = {f.name for f in dataclasses.fields(Record)}
+    second = store.create_run(first["suite"], first["suite_path"], True, len(rows), first["env"],
+                              first["options"])
+    for r in rows:           # the same suite "on another machine": every median doubled
+        rec = Record(**{k: r[k] for k in fields})
+        rec.metrics = {**rec.metrics, "median_ms": rec.metrics["median_ms"] * 2}
+        store.add_record(second, rec)
+    store.finish_run(second)
+    out = tmp / "report.html"
+    result = invoke("report", first["id"], second, "--store", url, "-o", str(out))
+    assert result.exit_code == 0, result.output
+    text = out.read_text(encoding="utf-8")
+    assert text.count("<svg") >= 2 and 'class="aligned"' in text     # a figure per run, runs aligned
+    return out
+
+
+# ---------------------------------------------------------------- the checker
+
+def _nonblank(png: bytes) -> tuple[float, int]:
+    """(fraction of pixels that differ from the most common colour, number of distinct colours)."""
+    from PIL import Image
+
+    img = Image.open(io.BytesIO(png)).convert("RGB")
+    total = img.width * img.height
+    counts = img.getcolors(maxcolors=total)          # [(count, colour), ...]
+    n_background = max(n for n, _ in counts)
+    return 1 - n_background / total, len(counts)
+
+
+def _looks_blank(png: bytes) -> str | None:
+    differ, colours = _nonblank(png)
+    if differ <= 0.01 or colours <= 8:
+        return f"{differ:.2%} of pixels differ from the background, {colours} distinct colours"
+    return None
+
+
+def _full_screenshot(drv) -> bytes:
+    import base64
+
+    metrics = drv.execute_cdp_cmd("Page.getLayoutMetrics", {})
+    size = metrics.get("cssContentSize") or metrics["contentSize"]
+    shot = drv.execute_cdp_cmd("Page.captureScreenshot", {
+        "format": "png", "captureBeyondViewport": True,
+        "clip": {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}})
+    return base64.b64decode(shot["data"])
+
+
+def page_problems(drv, path: Path) -> dict[str, list[str]]:
+    """Open ``path`` as file:// and return what is wrong with it, per check (empty lists: all good)."""
+    from selenium.webdriver.common.by import By
+
+    drv.get_log("browser")           # drop entries left by an earlier page
+    drv.get_log("performance")
+    url = path.resolve().as_uri()
+    drv.get(url)
+    problems: dict[str, list[str]] = {name: [] for name in CHECKS}
+
+    # loads: the document finished loading, with a title and a heading
+    state = drv.execute_script("return document.readyState")
+    if state != "complete":
+        problems["loads"].append(f"readyState {state}")
+    if not drv.title.strip():
+        problems["loads"].append("empty <title>")
+    headings = [h.text for h in drv.find_elements(By.TAG_NAME, "h1") if h.is_displayed() and h.text.strip()]
+    if not headings:
+        problems["loads"].append("no visible <h1>")
+
+    # console: nothing at level SEVERE (uncaught exceptions, failed loads, ...)
+    problems["console"] = [e["message"] for e in drv.get_log("browser") if e["level"] == "SEVERE"]
+
+    # js-errors: what the pre-load hook caught (error events, unhandled rejections)
+    problems["js-errors"] = list(drv.execute_script("return window.__benchErrors || ['hook missing']"))
+
+    # figures: every inline <svg> is displayed with a non-zero size
+    figures = drv.find_elements(By.CSS_SELECTOR, "svg")
+    if not figures:
+        problems["figures"].append("no <svg> figure")
+    for i, svg in enumerate(figures):
+        size = svg.size
+        if not svg.is_displayed() or size["width"] <= 0 or size["height"] <= 0:
+            problems["figures"].append(f"svg #{i} not displayed ({size['width']}x{size['height']})")
+
+    # page-blank / figure-blank: the screenshots show something
+    blank = _looks_blank(_full_screenshot(drv))
+    if blank:
+        problems["page-blank"].append(f"full page: {blank}")
+    shown = [svg for svg in figures if svg.size["width"] > 0 and svg.size["height"] > 0]
+    if not shown:
+        problems["figure-blank"].append("no figure to screenshot")
+    for i, svg in enumerate(shown):
+        drv.execute_script("arguments[0].scrollIntoView({block: 'center'})", svg)
+        blank = _looks_blank(svg.screenshot_as_png)
+        if blank:
+            problems["figure-blank"].append(f"svg #{i}: {blank}")
+
+    # network: no resource fetched other than data: and file: (Resource Timing and the DevTools log)
+    local = ("data:", "file:", "about:")
+    fetched = drv.execute_script(
+        "return performance.getEntriesByType('resource').map(e => e.name)")
+    problems["network"] += [f"resource {u}" for u in fetched if not u.startswith(local)]
+    for entry in drv.get_log("performance"):
+        msg = json.loads(entry["message"])["message"]
+        if msg.get("method") == "Network.requestWillBeSent":
+            u = msg["params"]["request"]["url"]
+            if not u.startswith(local):
+                problems["network"].append(f"request {u}")
+    return problems
+
+
+# ---------------------------------------------------------------- the tests
+
+def test_report_renders_in_headless_chromium(driver, report_html):
+    problems = page_problems(driver, report_html)
+    assert {k: v for k, v in problems.items() if v} == {}
+    assert "tiny" in driver.title or "report" in driver.title.lower()
+    assert len(driver.find_elements("css selector", "svg")) >= 2          # at least one figure per run
+    assert driver.find_elements("css selector", "table.aligned")          # the aligned multi-run view
+
+
+@pytest.fixture(scope="module")
+def png_server():
+    """A local HTTP server with one image, so a broken page can make a real network request."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (4, 4), "red").save(buf, "PNG")
+    body = buf.getvalue()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "image/png")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/x.png"
+    server.shutdown()
+    server.server_close()
+
+
+def _breakages(png_url: str) -> dict[str, tuple[str, str]]:
+    """check -> (what to find in the report, what to replace it with), so that check must fail."""
+    return {
+        "loads": ("<h1>", '<h1 style="display:none">'),
+        "console": ("</body>", "<script>throw new Error('x')</script></body>"),
+        "js-errors": ("</body>", "<script>Promise.reject(new Error('y'))</script></body>"),
+        "figures": ("</style>", "svg { display: none; }</style>"),
+        "page-blank": ("</style>", "body { visibility: hidden; }</style>"),
+        "figure-blank": ("</style>", "svg { opacity: 0; }</style>"),
+        "network": ("</body>", f'<img src="{png_url}" alt=""></body>'),
+    }
+
+
+@pytest.mark.parametrize("check", CHECKS)
+def test_checker_flags_broken_pages(driver, report_html, png_server, tmp_path, check):
+    old, new = _breakages(png_server)[check]
+    text = report_html.read_text(encoding="utf-8")
+    assert old in text
+    broken = tmp_path / f"broken-{check}.html"
+    broken.write_text(text.replace(old, new, 1), encoding="utf-8")
+    problems = page_problems(driver, broken)
+    assert problems[check], f"the {check!r} check missed a deliberately broken page: {problems}"

@@ -1,0 +1,247 @@
+"""Bytes moved (harness.flops), the roofline figure (reports.plots) and the terminal ``% peak`` column.
+
+``bytes_moved`` is checked against analytic truths: each op reads its tensor operands and writes its
+results once (no reuse across ops), views move nothing. The roofline is drawn from a real tiny run
+(inline executor, calibrated peak) and from constructed rows with metrics missing.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from rich.console import Console
+from torch import nn
+
+from harness import registry
+from harness.fake import build_fake, new_fake_mode
+from harness.flops import count_bytes, count_flops, count_model
+from harness.runner import fake_pass
+from harness.spec import Workload
+from harness.store import Store
+from reports.html import render_report
+from reports.plots import figure_svg, roofline_data, roofline_figure
+from reports.terminal import cases_table
+from tests.conftest import run_tiny
+
+CPU = torch.device("cpu")
+
+
+# ------------------------------------------------------------------------------------------
+# 1. bytes_moved: analytic truths
+# ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("m,k,n", [(3, 5, 7), (64, 32, 16), (1, 128, 1)])
+def test_matmul_moves_its_operands_and_result_once(m, k, n):
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    counted = count_flops(lambda: a @ b)
+    assert counted.bytes_moved == 4 * (m * k + k * n + m * n)
+    assert counted.bytes_by_op == {"aten.mm": 4 * (m * k + k * n + m * n)}
+    assert counted.intensity == pytest.approx(2 * m * k * n / (4 * (m * k + k * n + m * n)))
+
+
+def test_bytes_follow_the_dtype():
+    a, b = torch.randn(8, 16, dtype=torch.bfloat16), torch.randn(16, 4, dtype=torch.bfloat16)
+    assert count_bytes(lambda: a @ b)[0] == 2 * (8 * 16 + 16 * 4 + 8 * 4)
+
+
+def test_elementwise_add_moves_12n_bytes():
+    n = 1000
+    x, y = torch.randn(n), torch.randn(n)
+    assert count_bytes(lambda: x + y) == (12 * n, {"aten.add": 12 * n})
+
+
+@pytest.mark.parametrize("view", [
+    lambda t: t.view(6, 4), lambda t: t.reshape(4, 6), lambda t: t.transpose(0, 1), lambda t: t.t(),
+    lambda t: t.permute(1, 0), lambda t: t[1:3], lambda t: t[2], lambda t: t.detach(),
+    lambda t: t.unsqueeze(0).expand(5, 12, 2), lambda t: t.as_strided((2, 2), (1, 1)),
+], ids=["view", "reshape", "transpose", "t", "permute", "slice", "select", "detach", "expand", "as_strided"])
+def test_views_move_nothing(view):
+    x = torch.randn(12, 2)
+    assert count_bytes(lambda: view(x)) == (0, {})
+
+
+def test_in_place_reads_and_writes_self_copy_only_writes():
+    n = 100
+    x, y = torch.randn(n), torch.randn(n)
+    assert count_bytes(lambda: x.add_(y))[0] == 12 * n        # read x, y; write x
+    assert count_bytes(lambda: x.copy_(y))[0] == 8 * n         # read y; write x (not read)
+    assert count_bytes(lambda: x.zero_())[0] == 4 * n          # write only
+
+
+def test_broadcast_input_counts_its_distinct_elements():
+    col, full = torch.randn(10, 1), torch.randn(10, 30)
+    # the expanded (10, 30) view has stride 0 along dim 1: 10 distinct floats are read, not 300
+    assert count_bytes(lambda: col.expand(10, 30) + full)[0] == 4 * (10 + 300 + 300)
+
+
+def test_linear_with_bias_is_one_addmm():
+    lin = nn.Linear(16, 8)
+    x = torch.randn(4, 16)
+    moved, by_op = count_bytes(lambda: lin(x))
+    assert by_op == {"aten.addmm": 4 * (8 + 4 * 16 + 16 * 8 + 4 * 8)}     # bias, x, Wᵀ (a view of W), out
+    assert moved == sum(by_op.values())
+
+
+def test_fake_and_real_tensors_count_the_same_bytes():
+    spec = registry.resolve("decoder-tiny", n_layers=1)
+    w = Workload(batch_size=1, seq_len=32)
+    torch.manual_seed(0)
+    real = spec.build(spec.config).eval()
+    real_count = count_model(real, spec.make_inputs(spec.config, w, CPU))
+    mode = new_fake_mode()
+    fake = build_fake(lambda: spec.build(spec.config).eval(), mode, CPU)
+    with mode:
+        fake_count = count_model(fake, spec.make_inputs(spec.config, w, CPU))
+    assert real_count.bytes_moved > 0
+    assert fake_count.bytes_moved == real_count.bytes_moved
+    assert fake_count.bytes_by_op == real_count.bytes_by_op
+
+
+@pytest.mark.parametrize("mode", ["fwd", "fwd_bwd"])
+def test_fake_pass_stores_bytes_moved(mode):
+    spec = registry.resolve("decoder-tiny", n_layers=1)
+    w = Workload(batch_size=1, seq_len=32, mode=mode)
+    metrics = fake_pass(spec, w, CPU, want_flops=True)
+    # at least the parameters are read once per pass (more in fwd_bwd: their gradients are written)
+    assert metrics["bytes_moved"] >= 4 * metrics["params"]
+    assert 0 < metrics["flops"] / metrics["bytes_moved"] < 1e3
+    assert "bytes_moved" not in fake_pass(spec, w, CPU, want_flops=False)
+
+
+# ------------------------------------------------------------------------------------------
+# 2. The roofline figure, from a real tiny run
+# ------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("roofline")
+    _, url, result = run_tiny(tmp)
+    assert result.exit_code == 0, result.output
+    store = Store(url, create=False)
+    run = store.get_run("latest")
+    return run, store.records(run["id"])
+
+
+def _points(fig) -> list[tuple[float, float]]:
+    ax = fig.axes[0]
+    out = []
+    for coll in ax.collections:
+        if (coll.get_gid() or "").startswith("points-"):
+            out.extend((float(x), float(y)) for x, y in coll.get_offsets())
+    return out
+
+
+def _line(fig, gid: str):
+    hits = [ln for ln in fig.axes[0].get_lines() if ln.get_gid() == gid]
+    assert len(hits) == 1, [ln.get_gid() for ln in fig.axes[0].get_lines()]
+    return hits[0]
+
+
+def test_roofline_has_one_point_per_case_and_the_measured_roofs(tiny_run):
+    run, rows = tiny_run
+    peak = run["options"]["peak"]
+    top, bw = peak["cpu"]["matmul_flops_per_s"]["fp32"], peak["cpu"]["copy_bytes_per_s"]
+    fig = roofline_figure(rows, peak)
+    expected = sorted((r["metrics"]["flops"] / r["metrics"]["bytes_moved"],
+                       r["metrics"]["flops"] / (r["metrics"]["median_ms"] / 1e3)) for r in rows)
+    assert len(rows) == 6 and all(r["status"] == "ok" for r in rows)
+    got = sorted(_points(fig))
+    assert len(got) == len(expected) == 6                     # one marker per measured case
+    assert [v for p in got for v in p] == pytest.approx([v for p in expected for v in p], rel=1e-9)
+    ridge = top / bw
+    compute = _line(fig, "roof-compute-fp32")
+    assert list(compute.get_ydata()) == pytest.approx([top, top])   # flat at the matmul peak
+    assert compute.get_xdata()[0] == pytest.approx(ridge)
+    memory = _line(fig, "roof-memory-fp32")
+    for x, y in zip(memory.get_xdata(), memory.get_ydata()):
+        assert y == pytest.approx(bw * x)                     # the bandwidth slope y = bandwidth · x
+    marker = _line(fig, "ridge-fp32")
+    assert (marker.get_xdata()[0], marker.get_ydata()[0]) == (pytest.approx(ridge), pytest.approx(top))
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    assert "FLOP/byte" in ax.get_xlabel() and "FLOP/s" in ax.get_ylabel()
+    assert any("FLOPs = 2·MACs" in t.get_text() for t in fig.texts)
+
+
+def test_roofline_svg_and_html_section(tiny_run):
+    run, rows = tiny_run
+    svg = figure_svg(roofline_figure(rows, run["options"]["peak"]))
+    for gid in ("roof-compute-fp32", "roof-memory-fp32", "ridge-fp32"):
+        assert f'id="{gid}"' in svg
+    page = render_report([(run, rows)])
+    assert page.count("<svg") == 2                             # the suite figure and the roofline
+    section = page[page.index("<h3>Roofline"):]
+    assert 'id="roof-compute-fp32"' in section and "How to read it" in section
+    assert "6 cases plotted" in section and "left out" not in section
+
+
+# ------------------------------------------------------------------------------------------
+# 3. Missing metrics: left out and counted, never a crash
+# ------------------------------------------------------------------------------------------
+
+def _row(key, line, status="ok", **metrics):
+    return {"case_key": key, "suite": "s", "line": line, "arch": "decoder-tiny", "status": status, "message": "",
+            "workload": {"device": "cpu", "dtype": "fp32", "seq_len": 16}, "config": {}, "metrics": metrics,
+            "samples_s": [], "duration_s": 0.0, "run_id": "r"}
+
+
+PEAK = {"cpu": {"matmul_flops_per_s": {"fp32": 100e9}, "copy_bytes_per_s": 10e9}}
+
+
+def test_missing_metrics_are_left_out_and_counted():
+    rows = [_row("a", "L1", flops=4e9, bytes_moved=1e8, median_ms=100.0),
+            _row("b", "L1", flops=4e9, median_ms=100.0),                 # an old run: no bytes_moved
+            _row("c", "L2", bytes_moved=1e8, median_ms=10.0),            # no flops counted
+            _row("d", "L2", status="oom", flops=4e9, bytes_moved=1e8),
+            _row("e", "L2", status="skipped", est_peak_bytes=1e12)]
+    data = roofline_data(rows, PEAK)
+    assert data["n_points"] == 1 and data["left_out"] == 2 and data["not_ok"] == 2
+    fig = roofline_figure(rows, PEAK)
+    assert _points(fig) == [(pytest.approx(40.0), pytest.approx(40e9))]       # 4e9 / 1e8, 4e9 / 0.1 s
+    assert any("2 ok case(s) left out" in t.get_text() for t in fig.texts)
+    page = render_report([({"id": "r", "suite": "s", "options": {"peak": PEAK}}, rows)])
+    assert "1 case plotted; 2 ok cases left out" in page and "2 cases not ok" in page
+
+
+@pytest.mark.parametrize("peak", [None, {}, {"cuda": PEAK["cpu"]}], ids=["none", "empty", "other-device"])
+def test_no_peak_draws_points_without_roofs(peak):
+    rows = [_row("a", "L1", flops=4e9, bytes_moved=1e8, median_ms=100.0)]
+    fig = roofline_figure(rows, peak)
+    assert len(_points(fig)) == 1
+    assert not [ln for ln in fig.axes[0].get_lines() if (ln.get_gid() or "").startswith(("roof-", "ridge-"))]
+    assert any("no measured peak" in t.get_text() for t in fig.texts)
+    figure_svg(fig)                                            # renders
+
+
+def test_no_usable_case_at_all():
+    for rows in ([], [_row("a", "L1", status="error")], [_row("b", "L1", median_ms=3.0)]):
+        fig = roofline_figure(rows, PEAK)
+        assert _points(fig) == []
+        assert "<svg" in figure_svg(fig)
+
+
+# ------------------------------------------------------------------------------------------
+# 4. The terminal table's % peak column
+# ------------------------------------------------------------------------------------------
+
+def _column(table, header: str) -> list[str]:
+    col = next(c for c in table.columns if c.header == header)
+    return [str(cell) for cell in col._cells]
+
+
+def test_terminal_pct_peak_column():
+    rows = [_row("a", "L1", flops=2e9, median_ms=100.0, bytes_moved=1e8),   # 20 GFLOP/s of 80: 25.0 %
+            _row("b", "L1", flops=1e9, median_ms=3.0),                       # 333.3 GFLOP/s: 416.7 %
+            _row("c", "L1", median_ms=5.0),                                  # no flops: blank
+            _row("d", "L1", status="oom", flops=2e9)]                        # no timing: blank
+    peak = {"cpu": {"matmul_flops_per_s": {"fp32": 80e9}, "copy_bytes_per_s": 5e9}}
+    table = cases_table(rows, "seq_len", title="run r", peak=peak)
+    assert _column(table, "% peak") == ["25.0", "416.7", "", ""]
+    console = Console(record=True, width=250, color_system=None)
+    console.print(table)
+    text = console.export_text()
+    assert "% peak" in text and re.search(r"\b25\.0\b", text)
+    assert _column(cases_table(rows, "seq_len", peak=None), "% peak") == ["", "", "", ""]
+    other_dtype = {"cpu": {"matmul_flops_per_s": {"bf16": 80e9}}}
+    assert _column(cases_table(rows, "seq_len", peak=other_dtype), "% peak") == ["", "", "", ""]
