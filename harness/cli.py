@@ -1,9 +1,7 @@
 """The ``bench`` command line (click + rich): parses, calls the library, renders. No measuring here."""
 from __future__ import annotations
 
-import json
 import sys
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -122,22 +120,13 @@ def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | No
         out.print(f"[bold]{len(cases)} cases[/] in {suite.name} ({suite.path}); nothing measured or written")
         return
     store = Store(store_url)
-    run_id, todo = _open_run(store, suite, cases, resume, quick, timeout, calibrate=not no_calibrate)
+    run_id, todo = session.open_run(store, suite, cases, resume=resume, quick=quick, timeout=timeout,
+                                    calibrate=not no_calibrate, console=err)
     opts = RunOptions(timing=TimingConfig.quick() if quick else TimingConfig(),
                       timeout_s=timeout or (120.0 if quick else 600.0), debug=debug, plugins=plugin_files)
-    failed = _execute(store, run_id, todo, opts, executor, len(cases))
+    failed = session.execute(store, run_id, todo, opts, executor, len(cases), console=err)
     _render_run(store, run_id, suite.plot.get("x"))
     sys.exit(1 if failed else 0)
-
-
-def _open_run(store: Store, suite: Any, cases: list, resume: bool, quick: bool,
-              timeout: float | None, calibrate: bool = True) -> tuple[str, list]:
-    return session.open_run(store, suite, cases, resume=resume, quick=quick, timeout=timeout,
-                            calibrate=calibrate, console=err)
-
-
-def _execute(store: Store, run_id: str, todo: list, opts: RunOptions, executor_name: str, total: int) -> int:
-    return session.execute(store, run_id, todo, opts, executor_name, total, console=err)
 
 
 def _render_run(store: Store, run_id: str, axis: str | None) -> None:

@@ -39,8 +39,7 @@ FULL = Setup(d_model=128, n_layers=4, n_heads=8, seq_len=64, steps=400, batch=32
 
 
 def arch(s: Setup, causal: bool) -> dict:
-    return dict(d_model=s.d_model, n_layers=s.n_layers, n_heads=s.n_heads, d_ff=s.d_ff or 4 * s.d_model,
-                max_seq_len=max(s.seq_len, 64), causal=causal)
+    return s.arch(causal=causal)
 
 
 @torch.no_grad()

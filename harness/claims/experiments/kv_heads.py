@@ -45,9 +45,7 @@ def variant_name(kv: int, n_heads: int) -> str:
 
 
 def arch(s: Setup, kv: int, d_ff: int | None = None) -> dict:
-    return dict(d_model=s.d_model, n_layers=s.n_layers, n_heads=s.n_heads,
-                n_kv_heads=None if kv == s.n_heads else kv, d_ff=d_ff or s.d_ff or 4 * s.d_model,
-                max_seq_len=max(s.seq_len, 64))
+    return s.arch(n_kv_heads=None if kv == s.n_heads else kv, d_ff=d_ff or s.d_ff or 4 * s.d_model)
 
 
 def count(s: Setup, kv: int, d_ff: int | None = None) -> int:

@@ -43,6 +43,11 @@ class LMSetup:
     eval_batch: int = 32
     corpus_bytes: int = 3_000_000
 
+    def arch(self, **extra: Any) -> dict[str, Any]:
+        """Decoder config overrides for these sizes (``extra`` adds or replaces fields)."""
+        return {"d_model": self.d_model, "n_layers": self.n_layers, "n_heads": self.n_heads,
+                "d_ff": self.d_ff or 4 * self.d_model, "max_seq_len": max(self.seq_len, 64), **extra}
+
 
 def build_lm(seed: int, **overrides: Any) -> nn.Module:
     """A ``decoder-tiny`` with ``overrides`` over a byte vocabulary, initialised from ``seed``."""

@@ -42,8 +42,7 @@ FULL = Setup(d_model=128, n_layers=4, n_heads=8, seq_len=32, steps=400, batch=32
 
 
 def arch(s: Setup, scheme: str) -> dict:
-    return dict(d_model=s.d_model, n_layers=s.n_layers, n_heads=s.n_heads, d_ff=s.d_ff or 4 * s.d_model,
-                positions=scheme, max_seq_len=s.seq_len)
+    return s.arch(positions=scheme, max_seq_len=s.seq_len)     # learned table exactly L long
 
 
 def run(quick: bool = True, seeds: tuple[int, ...] = (0, 1, 2), setup: Setup | None = None) -> dict:

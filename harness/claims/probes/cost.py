@@ -135,13 +135,12 @@ def crossover(ctx: Context) -> Evidence:
     projections 4nd²+2n²d vs the LSTM's 8nd²) and on this machine's latency (rnn_vs_attention)."""
     run, rows = ctx.suite("rnn_vs_attention")
     ev = Evidence(sources=[run["id"]])
-    d = 512
-    core = [fake_metrics("attention-core", Workload(seq_len=n), d_model=d, n_heads=8)["macs"] for n in (256, 512)]
-    lstm = [fake_metrics("lstm-small", Workload(seq_len=n), d_model=d, n_layers=1)["macs"] for n in (256, 512)]
-    # core MACs = 2·n²·d (q·kᵀ and p·v); Vaswani's table counts n²·d: the crossover of n²·d with n·d² is n = d
-    per_n2 = core[1] / (2 * 512 ** 2)                  # = d (MACs per n² for q·kᵀ + p·v, halved to q·kᵀ)
-    per_n_lstm = lstm[1] / 512 / 8                     # LSTM per-token MACs / 8 = d² (4 gates × 2 matrices)
-    ev.figures["analytic_crossover_core"] = Figure(per_n_lstm / per_n2 / d, unit="× d",
+    d, n = 512, 512
+    core = fake_metrics("attention-core", Workload(seq_len=n), d_model=d, n_heads=8)["macs"]   # 2·n²·d
+    lstm = fake_metrics("lstm-small", Workload(seq_len=n), d_model=d, n_layers=1)["macs"]     # ≈ 8·n·d² + head
+    per_n2 = core / (2 * n * n)                        # q·kᵀ MACs per n² (= d): Vaswani's n²·d term
+    per_n = lstm / n / 8                               # one recurrent matrix per token (≈ d²): the n·d² term
+    ev.figures["analytic_crossover_core"] = Figure(per_n / per_n2 / d, unit="× d",
                                                    note="n where n²·d (q·kᵀ) = n·d² (one recurrent matrix)")
     ev.figures["analytic_crossover_layer"] = Figure(2.0, unit="× d", note="4nd²+2n²d = 8nd² (LSTM) at n = 2d")
     crossings, bounded = [], True

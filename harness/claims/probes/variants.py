@@ -50,30 +50,31 @@ def _quality(ctx: Context, ev: Evidence, variant: str) -> None:
     ev.notes.append(res.get("data_description", ""))
 
 
-@probe("mqa", figures=("kv_ratio", "kv_formula_matches_cache", "decode_latency_ratio", "rel_loss_increase",
-                       "rel_accuracy_drop"))
+KV_FIGURES = ("kv_ratio", "kv_formula_matches_cache", "decode_latency_ratio", "rel_loss_increase",
+              "rel_accuracy_drop")
+
+
+def _kv_variant(ctx: Context, n_heads: int, kv: int, suite_kv: int, variant: str) -> Evidence:
+    """Cache bytes of ``kv`` of ``n_heads`` KV heads vs MHA (formula and a real cache), decode latency of
+    ``suite_kv`` KV heads vs MHA in the kv_cache suite, and the small-LM quality of ``variant``."""
+    ev = Evidence()
+    formula, real = _cache_bytes(n_heads, kv)
+    mha, _ = _cache_bytes(n_heads, n_heads)
+    ev.figures["kv_ratio"] = Figure(formula / mha, unit="×", note=f"{kv} / {n_heads} KV heads: cache bytes vs MHA")
+    ev.figures["kv_formula_matches_cache"] = Figure(formula == real, note=f"formula {formula} B, real {real} B")
+    _decode(ctx, ev, suite_kv)
+    _quality(ctx, ev, variant)
+    return ev
+
+
+@probe("mqa", figures=KV_FIGURES)
 def mqa(ctx: Context) -> Evidence:
-    ev = Evidence()
-    formula, real = _cache_bytes(8, 1)
-    mha, _ = _cache_bytes(8, 8)
-    ev.figures["kv_ratio"] = Figure(formula / mha, unit="×", note="MQA / MHA cache bytes, 8 query heads")
-    ev.figures["kv_formula_matches_cache"] = Figure(formula == real, note=f"formula {formula} B, real {real} B")
-    _decode(ctx, ev, 1)
-    _quality(ctx, ev, "mqa")
-    return ev
+    return _kv_variant(ctx, 8, 1, 1, "mqa")
 
 
-@probe("gqa", figures=("kv_ratio", "kv_formula_matches_cache", "decode_latency_ratio", "rel_loss_increase",
-                       "rel_accuracy_drop"))
+@probe("gqa", figures=KV_FIGURES)
 def gqa(ctx: Context) -> Evidence:
-    ev = Evidence()
-    formula, real = _cache_bytes(32, 8)
-    mha, _ = _cache_bytes(32, 32)
-    ev.figures["kv_ratio"] = Figure(formula / mha, unit="×", note="GQA-8 / MHA-32 cache bytes")
-    ev.figures["kv_formula_matches_cache"] = Figure(formula == real, note=f"formula {formula} B, real {real} B")
-    _decode(ctx, ev, 2)
-    _quality(ctx, ev, "gqa")
-    return ev
+    return _kv_variant(ctx, 32, 8, 2, "gqa")
 
 
 @probe("kv_70b", figures=("doc_over_mha_70b", "doc_over_gqa_70b"))
