@@ -2,6 +2,7 @@
 and a JSON record of every verdict with its figures."""
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
 from typing import Any
@@ -29,26 +30,48 @@ def verdict_table(verdicts: list[Verdict]) -> Table:
 
 
 def to_record(v: Verdict) -> dict[str, Any]:
-    """JSON-ready: the claim, its verdict and reason, each rule's outcome and figure."""
+    """JSON-ready: the claim, its verdict and reason, each rule's outcome and figure, notes, the chart's data."""
     c = v.claim
-    return {"id": c.id, "title": c.title, "verdict": v.verdict, "reason": v.reason,
+    return {"id": c.id, "title": c.title, "section": c.section, "quote": c.quote, "where": c.where, "added": c.added,
+            "verdict": v.verdict, "reason": v.reason,
             "rules": [{"says": o.rule.says, "figure": o.rule.figure, "test": o.rule.test, "status": o.status,
                        "detail": o.detail, "measured": o.figure.as_dict() if o.figure else None}
                       for o in v.outcomes],
             "document_figure": c.document_figure, "published": [vars(p) for p in c.published],
-            "units": c.units, "sources": v.evidence.sources,
-            "figures": {k: f.as_dict() for k, f in v.evidence.figures.items()}}
+            "units": c.units, "sources": v.evidence.sources, "notes": [n for n in v.evidence.notes if n],
+            "figures": {k: f.as_dict() for k, f in v.evidence.figures.items()},
+            "chart": dataclasses.asdict(v.evidence.chart) if v.evidence.chart else None}
+
+
+def claims_document(verdicts: list[Verdict], env: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
+    """What ``bench claims`` writes as JSON and what both HTML views render from."""
+    return {"kind": "bench-claims", "context": context, "env": env, "claims": [to_record(v) for v in verdicts]}
+
+
+def claims_section(doc: dict[str, Any], heading: int) -> dict[str, Any]:
+    """Template variables of the claims section (_claims.html.j2) from a claims document."""
+    try:
+        records = [{"added": False, "notes": [], "sources": [], "units": "", "document_figure": "", "published": [],
+                    **r, "svg": Markup(chart_svg(Chart(**r["chart"]) if r.get("chart") else None))}
+                   for r in doc["claims"]]
+        counts = {k: sum(r["verdict"] == k for r in records) for k in STYLE}
+        sections: dict[str, list[dict[str, Any]]] = {}
+        for r in records:
+            sections.setdefault(r.get("section") or "Claims", []).append(r)
+        return {"claims": records, "sections": sections, "counts": counts, "context": doc["context"],
+                "env": doc["env"], "h": heading}
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"not a bench claims record (missing {exc})") from None
 
 
 def chart_svg(chart: Chart | None) -> str:
     """The claim's chart as inline SVG (empty string when there is none)."""
     if chart is None or not any(chart.series.values()):
         return ""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure       # not pyplot: no global figure registry to leak into
     from reports.plots import _tex_safe, figure_svg
-    fig, ax = plt.subplots(figsize=(6.4, 3.4), dpi=100)
+    fig = Figure(figsize=(6.4, 3.4), dpi=100)
+    ax = fig.subplots()
     if chart.kind == "bar":
         labels, heights, errs = [], [], []
         for name, pts in chart.series.items():
@@ -85,16 +108,9 @@ def chart_svg(chart: Chart | None) -> str:
     return figure_svg(fig)
 
 
-def render_claims(verdicts: list[Verdict], env: dict[str, Any], context: dict[str, Any]) -> str:
-    """The self-contained HTML claims report (Jinja2, autoescaped; only matplotlib's SVG is inserted raw)."""
+def render_claims(doc: dict[str, Any]) -> str:
+    """The self-contained HTML claims page (Jinja2, autoescaped; only matplotlib's SVG is inserted raw)."""
     from reports.html import _env
-    counts = {k: sum(v.verdict == k for v in verdicts) for k in STYLE}
-    sections: dict[str, list[dict[str, Any]]] = {}
-    for v in verdicts:
-        sections.setdefault(v.claim.section, []).append({
-            "v": v, "record": to_record(v), "svg": Markup(chart_svg(v.evidence.chart)),
-            "notes": [n for n in v.evidence.notes if n]})
     return _env().get_template("claims.html.j2").render(
-        title="bench claims: the documents' trade-offs, measured", verdicts=verdicts, sections=sections,
-        counts=counts, env=env, context=context,
+        title="bench claims: the documents' trade-offs, measured", **claims_section(doc, heading=2),
         generated=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))

@@ -169,13 +169,22 @@ def aligned_table(runs: list[tuple[Run, Rows]]) -> dict[str, Any]:
     return {"runs": [run["id"] for run, _ in runs], "rows": out_rows, "shared": shared, "total": len(keys)}
 
 
-def render_report(runs: list[tuple[Run, Rows]]) -> str:
+def render_report(runs: list[tuple[Run, Rows]], claims: dict[str, Any] | None = None) -> str:
     """One self-contained HTML page: per run its fingerprint, cases, figure and raw statistics;
-    with several runs, a side-by-side table aligned on case keys (median and ratio to the first run)."""
+    with several runs, a side-by-side table aligned on case keys (median and ratio to the first run);
+    with ``claims`` (bench claims' JSON record), the claims section: each verdict with its evidence."""
     contexts = [_run_context(i, run, rows) for i, (run, rows) in enumerate(runs)]
     suites = list(dict.fromkeys(run["suite"] for run, _ in runs))
-    title = f"bench report · {', '.join(suites) or 'no runs'}"
+    title = f"bench report · {', '.join(suites + (['claims'] if claims else [])) or 'no runs'}"
+    section: dict[str, Any] = {}
+    if claims:
+        from reports.claims_view import claims_section
+        try:
+            section = claims_section(claims, heading=3)
+        except ValueError as exc:
+            raise BenchInputError(str(exc), where="--claims") from None
     html = _env().get_template(TEMPLATE).render(
         title=title, runs=contexts, aligned=aligned_table(runs) if len(runs) > 1 else None,
-        generated=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+        generated=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        **({"claims": None} | section))
     return html

@@ -13,20 +13,27 @@ DEFAULT_OUTPUT = "report.html"
 
 
 @click.command("report")
-@click.argument("run_refs", metavar="RUN...", nargs=-1, required=True)
+@click.argument("run_refs", metavar="RUN...", nargs=-1)
 @click.option("-o", "--output", default=DEFAULT_OUTPUT, show_default=True, metavar="FILE.html",
               help="HTML file to write.")
 @click.option("--store", "store_url", default=None, metavar="URL",
               help="SQLAlchemy URL of the results store (default: sqlite:///results/bench.sqlite).")
-def report(run_refs: tuple[str, ...], output: str, store_url: str | None) -> None:
+@click.option("--claims", "claims_path", default=None, metavar="CLAIMS.json",
+              help="Add the claims section: the .json that `bench claims` wrote (e.g. results/claims.json).")
+def report(run_refs: tuple[str, ...], output: str, store_url: str | None, claims_path: str | None) -> None:
     """One self-contained HTML report of one or more runs (RUN: an id, an id prefix, or `latest`).
 
     Several runs (the same suite on two machines or commits) are also shown side by side,
-    aligned on their case keys, with each median's ratio to the first run.
+    aligned on their case keys, with each median's ratio to the first run. ``--claims`` adds the
+    verdict of every claim with its evidence and chart (runs are then optional).
     """
     from reports.html import render_report  # matplotlib/jinja2 load only when a report is made
 
-    store = Store(store_url, create=False)
+    if not run_refs and not claims_path:
+        raise BenchInputError("name at least one RUN (an id, an id prefix, or `latest`) or --claims FILE.json",
+                              where="bench report")
+    claims_doc = read_claims(claims_path) if claims_path else None
+    store = Store(store_url, create=False) if run_refs else None
     runs, seen = [], set()
     for ref in run_refs:
         run = store.get_run(ref)
@@ -34,7 +41,7 @@ def report(run_refs: tuple[str, ...], output: str, store_url: str | None) -> Non
             continue
         seen.add(run["id"])
         runs.append((run, store.records(run["id"])))
-    html = render_report(runs)
+    html = render_report(runs, claims=claims_doc)
     path = Path(output)
     if path.is_dir():
         raise BenchInputError(f"{output} is a directory", where="--output")
@@ -43,4 +50,20 @@ def report(run_refs: tuple[str, ...], output: str, store_url: str | None) -> Non
     except OSError as exc:
         raise BenchInputError(f"cannot write {output}: {exc.strerror}", where="--output") from None
     n_cases = sum(len(rows) for _, rows in runs)
-    click.echo(f"wrote {path} ({len(runs)} run{'s' if len(runs) != 1 else ''}, {n_cases} cases)", err=True)
+    claims_part = f", {len(claims_doc['claims'])} claims" if claims_doc else ""
+    click.echo(f"wrote {path} ({len(runs)} run{'s' if len(runs) != 1 else ''}, {n_cases} cases{claims_part})",
+               err=True)
+
+
+def read_claims(path: str) -> dict:
+    """The JSON record ``bench claims`` wrote; a clear error for anything else."""
+    import json
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BenchInputError(f"cannot read {path}: {exc.strerror}", where="--claims") from None
+    except ValueError as exc:
+        raise BenchInputError(f"{path} is not JSON ({exc})", where="--claims") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("claims"), list) or "context" not in doc:
+        raise BenchInputError(f"{path} is not a claims record written by `bench claims`", where="--claims")
+    return doc

@@ -76,8 +76,9 @@ def test_mean_ci_is_a_t_interval():
 
 def test_catalog_has_every_claim_of_claims_md_with_rules_over_produced_figures():
     claims = load_catalog()
-    assert [c.id for c in claims] == [f"C{i:02d}" for i in range(1, 31)]
+    assert [c.id for c in claims][:30] == [f"C{i:02d}" for i in range(1, 31)]
     assert all(c.rules and c.quote and c.where for c in claims)
+    assert not any(c.added for c in claims[:30]) and all(c.added for c in claims[30:])   # ours, marked
     assert [c.id for c in select_claims(claims, "c07, C16")] == ["C07", "C16"]
     with pytest.raises(BenchInputError, match="C99"):
         select_claims(claims, "C07,C99")
@@ -121,3 +122,55 @@ def test_bench_claims_command_on_cheap_claims(tmp_path):
     assert "C12" in page and "<svg" in page and "contradicted" in page
     bad = invoke("claims", "--only", "C77", "--store", store_url, "-o", str(out))
     assert bad.exit_code == 2 and "C77" in bad.stderr
+
+
+def test_stored_suite_run_is_reused_only_with_the_same_cases(tmp_path):
+    """A stored run is evidence only for the suite as it stands: a changed suite file is measured again."""
+    from harness.claims.evidence import Context
+    from harness.env import fingerprint
+    from harness.spec import Record
+    from harness.store import Store
+    from harness.suite import load_suite
+    store = Store(f"sqlite:///{tmp_path / 's.sqlite'}")
+    ctx = Context(store=store, quick=True, threads=1)
+    suite = load_suite("heads", quick=True, sets={"threads": 1})
+    cases = list(suite.cases)
+    run_id = store.create_run(suite.name, "suites/heads.toml", True, len(cases), fingerprint(threads=1),
+                              {"sets": {"threads": 1}})
+    for c in cases:
+        store.add_record(run_id, Record.for_case(c, "ok"))
+    store.finish_run(run_id)
+    keys = {c.key for c in cases}
+    assert ctx._stored_run("heads", {"threads": 1}, keys)["id"] == run_id
+    assert ctx._stored_run("heads", {"threads": 1}, keys - {cases[0].key}) is None     # a case removed
+    assert ctx._stored_run("heads", {"threads": 1}, keys | {"new-case"}) is None        # a case added
+    assert ctx._stored_run("heads", {"threads": 2}, keys) is None                       # other --set
+
+
+@pytest.mark.parametrize("arch", ["lstm-small", "conv1d-small"])
+def test_one_layer_macs_grow_as_d_squared(arch):
+    """C04's d-ratio is taken per layer (2 layers − 1 layer), so embedding and head (linear in d) cancel."""
+    from harness.claims.probes.cost import layer_macs
+    ratio = layer_macs(arch, 512, 256) / layer_macs(arch, 256, 256)
+    assert 3.9 <= ratio <= 4.0
+
+
+def test_bench_report_claims_section_and_its_errors(tmp_path):
+    store_url = f"sqlite:///{tmp_path / 'r.sqlite'}"
+    out = tmp_path / "c.html"
+    assert invoke("claims", "--only", "C20,C33", "--store", store_url, "-o", str(out)).exit_code == 0
+    report = tmp_path / "report.html"
+    ok = invoke("report", "--claims", str(out.with_suffix(".json")), "-o", str(report))
+    assert ok.exit_code == 0, ok.output
+    page = report.read_text()
+    assert 'id="claims"' in page and 'id="C20"' in page and 'id="C33"' in page and "<svg" in page
+    bad_json = tmp_path / "bad.json"
+    bad_json.write_text("{not json")
+    not_claims = tmp_path / "other.json"
+    not_claims.write_text('{"runs": []}')
+    for args, message in ((("--claims", str(tmp_path / "missing.json")), "cannot read"),
+                          (("--claims", str(bad_json)), "not JSON"),
+                          (("--claims", str(not_claims)), "not a claims record"),
+                          ((), "at least one RUN")):
+        r = invoke("report", *args, "-o", str(report))
+        assert r.exit_code == 2 and message in r.stderr, (args, r.stderr)

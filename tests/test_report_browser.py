@@ -98,11 +98,16 @@ def report_html(tmp_path_factory) -> Path:
         rec.metrics = {**rec.metrics, "median_ms": rec.metrics["median_ms"] * 2}
         store.add_record(second, rec)
     store.finish_run(second)
+    claims = tmp / "claims.html"               # cheap claims (computed directly), C33 with a chart
+    result = invoke("claims", "--quick", "--only", "C12,C26,C33", "--store", url, "-o", str(claims))
+    assert result.exit_code == 0, result.output
     out = tmp / "report.html"
-    result = invoke("report", first["id"], second, "--store", url, "-o", str(out))
+    result = invoke("report", first["id"], second, "--store", url, "--claims", str(claims.with_suffix(".json")),
+                    "-o", str(out))
     assert result.exit_code == 0, result.output
     text = out.read_text(encoding="utf-8")
-    assert text.count("<svg") >= 2 and 'class="aligned"' in text     # a figure per run, runs aligned
+    assert text.count("<svg") >= 3 and 'class="aligned"' in text     # a figure per run + a claim's, aligned
+    assert 'id="claims"' in text and 'id="C33"' in text
     return out
 
 
@@ -207,6 +212,8 @@ def test_report_renders_in_headless_chromium(driver, report_html):
     assert "tiny" in driver.title or "report" in driver.title.lower()
     assert len(driver.find_elements("css selector", "svg")) >= 2          # at least one figure per run
     assert driver.find_elements("css selector", "table.aligned")          # the aligned multi-run view
+    verdicts = driver.find_elements("css selector", "table.verdicts tr")   # the claims section: header + 3
+    assert len(verdicts) == 4 and driver.find_element("id", "C33").is_displayed()
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,8 @@ from harness.claims.rules import TESTS
 from harness.errors import BenchInputError
 
 CATALOG = Path(__file__).with_name("claims.toml")
-CLAIM_KEYS = {"section", "title", "quote", "where", "probe", "rules", "document_figure", "published", "units", "needs"}
+CLAIM_KEYS = {"section", "title", "quote", "where", "probe", "rules", "document_figure", "published", "units", "needs",
+              "added"}
 RULE_KEYS = {"figure", "test", "says", "lo", "hi", "value", "rel_tol"}
 NEEDS = {"within": ("lo", "hi"), "at_least": ("lo",), "at_most": ("hi",), "equals": ("value",), "is_true": ()}
 
@@ -56,7 +57,8 @@ def load_catalog(path: Path = CATALOG) -> list[Claim]:
             probe=raw["probe"], rules=tuple(_rule(cid, r, figures) for r in raw["rules"]),
             document_figure=raw.get("document_figure", ""),
             published=tuple(Published(p["label"], p["value"]) for p in raw.get("published", [])),
-            units=raw.get("units", ""), needs=tuple(raw.get("needs", []))))
+            units=raw.get("units", ""), needs=tuple(raw.get("needs", [])),
+            added=bool(raw.get("added", False))))
     return sorted(claims, key=lambda c: c.id)
 
 

@@ -35,7 +35,7 @@ def claims(quick: bool, only: str | None, output: str, store_url: str | None, fr
     from harness.claims.verdicts import run_claims
     from harness.env import fingerprint, usable_cores
     from harness.store import Store
-    from reports.claims_view import STYLE, render_claims, to_record, verdict_table
+    from reports.claims_view import STYLE, claims_document, render_claims, verdict_table
 
     out = Console(width=None if sys.stdout.isatty() else 160)
     err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
@@ -67,9 +67,9 @@ def claims(quick: bool, only: str | None, output: str, store_url: str | None, fr
                "wall_s": time.perf_counter() - t0}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(render_claims(verdicts, env, context), encoding="utf-8")
-        path.with_suffix(".json").write_text(json.dumps(
-            {"context": context, "env": env, "claims": [to_record(v) for v in verdicts]}, indent=1, default=str))
+        doc = json.loads(json.dumps(claims_document(verdicts, env, context), default=str))
+        path.with_suffix(".json").write_text(json.dumps(doc, indent=1))
+        path.write_text(render_claims(doc), encoding="utf-8")
     except OSError as exc:
         raise BenchInputError(f"cannot write {output}: {exc.strerror}", where="--output") from None
     counts = {k: sum(v.verdict == k for v in verdicts) for k in STYLE}

@@ -48,7 +48,7 @@ class Context:
         if key in self._suites:
             return self._suites[key]
         suite = load_suite(name, quick=self.quick, sets=dict(sets))
-        run = None if self.fresh else self._stored_run(suite.name, sets)
+        run = None if self.fresh else self._stored_run(suite.name, sets, {c.key for c in suite.cases})
         if run is None:
             cases = list(suite.cases)
             self.console.print(f"[bold]claims[/]: measuring suite {name}"
@@ -67,12 +67,15 @@ class Context:
         self.used.append(f"run {run['id']} ({name})")
         return result
 
-    def _stored_run(self, suite: str, sets: dict[str, Any]) -> dict[str, Any] | None:
+    def _stored_run(self, suite: str, sets: dict[str, Any], keys: set[str]) -> dict[str, Any] | None:
+        """A finished run of ``suite`` at this size with exactly these cases (a suite file that
+        changed since is measured again) on this hard environment."""
         hard = self.hard_env()
         for run in self.store.list_runs(suite):
             opts = run["options"] or {}
             if (run["status"] == "done" and run["quick"] == self.quick and opts.get("sets") == sets
-                    and run["stored"] == run["n_cases"] and run["env"].get("hard") == hard):
+                    and run["stored"] == run["n_cases"] and run["env"].get("hard") == hard
+                    and self.store.stored_keys(run["id"]) == keys):
                 return run
         return None
 

@@ -91,6 +91,7 @@ class Claim:
     published: tuple[Published, ...] = ()
     units: str = ""                        # where the document mixes units, what we measured instead
     needs: tuple[str, ...] = ()            # suites / experiments it draws on (for the report)
+    added: bool = False                    # found in the documents by us, not listed in CLAIMS.md
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from harness.stats import fit_loglog
 
 ProbeFn = Callable[[Context], Evidence]
 PROBES: dict[str, tuple[ProbeFn, tuple[str, ...]]] = {}
-MODULES = ("cost", "variants", "vision", "training")
+MODULES = ("cost", "variants", "vision", "training", "blocks")
 
 
 def probe(name: str, figures: tuple[str, ...]) -> Callable[[ProbeFn], ProbeFn]:

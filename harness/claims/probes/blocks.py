@@ -1,0 +1,273 @@
+"""Claims about building blocks and named model sizes that the documents state in passing (C31–C39):
+computed directly from the code's own modules and shapes, each in seconds on a CPU."""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from harness.claims.evidence import Context
+from harness.claims.model import Chart, Evidence, Figure
+from harness.claims.probes import median_ratio, probe
+from harness.registry import resolve
+from harness.spec import Workload
+
+# The configurations 000 Part 2 lists, completed with the layer counts, vocabularies and FFN widths of
+# their papers (the document gives only d_model and heads): preset + overrides, and the size in the name.
+NAMED = {
+    "bert_base": ("encoder-base", {}, 110e6, "BERT-base (Devlin et al.: 110M)"),
+    "gpt2": ("gpt2-small", {}, 117e6, "GPT-2 small (Radford et al.: 117M)"),
+    "gpt3": ("gpt2-small", dict(d_model=12288, n_layers=96, n_heads=96, max_seq_len=2048), 175e9,
+             "GPT-3 175B: 96 layers, d_ff = 4d, GPT-2 vocabulary, tied"),
+    "llama2_70b": ("decoder-llama-small", dict(vocab_size=32000, d_model=8192, n_layers=80, n_heads=64,
+                                               n_kv_heads=8, d_ff=28672, max_seq_len=4096), 70e9,
+                   "LLaMA-2 70B: 80 layers, 8 K/V heads, SwiGLU d_ff 28,672, 32k vocabulary, untied"),
+}
+
+
+def _params(preset: str, **overrides) -> int:
+    spec = resolve(preset, **overrides)
+    return int(spec.cost(spec.config, Workload(seq_len=1))["params"])
+
+
+@probe("named_sizes", figures=tuple(f"params_{k}" for k in NAMED) + ("mha_over_gqa_params_70b",))
+def named_sizes(ctx: Context | None) -> Evidence:
+    """Exact parameter counts (the architectures' analytic cost, checked against the built modules by
+    the registry tests) of the configurations 000 names."""
+    ev = Evidence()
+    for key, (preset, over, named, what) in NAMED.items():
+        n = _params(preset, **over)
+        ev.figures[f"params_{key}"] = Figure(float(n), unit="params", note=f"{what}; preset {preset}")
+    preset, over, _, _ = NAMED["llama2_70b"]
+    mha = _params(preset, **{**over, "n_kv_heads": 64})
+    ev.figures["mha_over_gqa_params_70b"] = Figure(mha / _params(preset, **over), unit="×",
+                                                   note=f"the 70B shape with 64 K/V heads: {mha:,} parameters")
+    ev.notes.append("encoder-base has no token-type embeddings, embedding LayerNorm or pooler (BertModel "
+                    "has 109,482,240); gpt2-small is GPT-2 as released (124,439,808: the paper's 117M was "
+                    "an undercount)")
+    return ev
+
+
+@probe("dot_magnitude", figures=("std_qk_dk64", "softmax_unscaled_error", "softmax_scaled_error"))
+def dot_magnitude(ctx: Context | None) -> Evidence:
+    """q·k for q, k ~ N(0, I) at d_k = 64: its typical size (std = √d_k = 8, the variance is 64), and the
+    document's two softmax examples computed."""
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(100_000, 64, generator=g, dtype=torch.float64), torch.randn(100_000, 64, generator=g,
+                                                                                    dtype=torch.float64)
+    dots = (q * k).sum(-1)                                                   # (100k,)
+    ev = Evidence()
+    ev.figures["std_qk_dk64"] = Figure(float(dots.std()), unit="std of q·k",
+                                       note=f"100,000 pairs; variance {float(dots.var()):.1f}; "
+                                            f"|q·k| ≥ 64 in {int((dots.abs() >= 64).sum())} of them")
+    for key, logits, said in (("softmax_unscaled_error", [30.0, 25.0, 20.0], [0.99, 0.01, 0.00]),
+                              ("softmax_scaled_error", [3.0, 2.5, 2.0], [0.50, 0.30, 0.20])):
+        p = torch.tensor(logits, dtype=torch.float64).softmax(-1)
+        ev.figures[key] = Figure(float((p - torch.tensor(said, dtype=torch.float64)).abs().max()), unit="max |Δp|",
+                                 note=f"softmax({logits}) = [{', '.join(f'{x:.4f}' for x in p.tolist())}]")
+    return ev
+
+
+def _n_params(m: nn.Module) -> int:
+    return sum(p.numel() for p in m.parameters())
+
+
+@probe("layer_params", figures=("attn_over_lstm", "attn_over_gru", "attn_over_conv3"))
+def layer_params(ctx: Context | None) -> Evidence:
+    """Parameters of one layer at d = 512: our self-attention (Q/K/V/O with biases) against nn.LSTM,
+    nn.GRU and nn.Conv1d(k=3), each mapping d → d."""
+    from architectures.layers.attention import Attention
+    d = 512
+    attn = _n_params(Attention(d, 8))
+    others = {"lstm": _n_params(nn.LSTM(d, d)), "gru": _n_params(nn.GRU(d, d)),
+              "conv3": _n_params(nn.Conv1d(d, d, 3))}
+    ev = Evidence()
+    for k, n in others.items():
+        ev.figures[f"attn_over_{k}"] = Figure(attn / n, unit="×", note=f"self-attention {attn:,} / {k} {n:,}")
+    ev.chart = Chart("parameters of one d=512 layer", "", "parameters (M)", {
+        name: [(name, n / 1e6, None, None)] for name, n in
+        {"self-attention": attn, "LSTM": others["lstm"], "GRU": others["gru"], "Conv1d k=3": others["conv3"]}.items()},
+        kind="bar")
+    ev.notes.append("a Conv1d of kernel k has k·d² + d parameters: self-attention's 4d² + 4d is fewer only for k ≥ 5")
+    return ev
+
+
+# -- dot-product vs additive attention (004: "Scaled Dot-Product Attention — Faster — More space-efficient")
+def dot_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """softmax(q·kᵀ/√d)·v, written out (B, n, d) → (B, n, d): the (B, n, n) scores are the big tensor."""
+    return (q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])).softmax(-1) @ v
+
+
+class Additive(nn.Module):
+    """Bahdanau's additive score wᵀ·tanh(W_q q_i + W_k k_j): a (B, n, n, d_a) tensor before the softmax."""
+
+    def __init__(self, d: int, d_a: int) -> None:
+        super().__init__()
+        self.wq, self.wk, self.w = nn.Linear(d, d_a, bias=False), nn.Linear(d, d_a, bias=False), nn.Linear(d_a, 1)
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        e = torch.tanh(self.wq(q)[:, :, None, :] + self.wk(k)[:, None, :, :])   # (B, n, n, d_a)
+        return self.w(e).squeeze(-1).softmax(-1) @ v                             # (B, n, d)
+
+
+class _LargestTensor(TorchDispatchMode):
+    """Records the largest tensor any aten op returns: the activation that dominates memory."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        out = func(*args, **(kwargs or {}))
+        for t in (out if isinstance(out, (tuple, list)) else (out,)):
+            if isinstance(t, Tensor):
+                self.largest = max(self.largest, t.numel() * t.element_size())
+        return out
+
+
+def largest_intermediate_bytes(fn: Callable[[], object]) -> int:
+    with torch.no_grad(), _LargestTensor() as mode:
+        fn()
+    return mode.largest
+
+
+@probe("additive_vs_dot", figures=("additive_over_dot_latency", "additive_over_dot_bytes"))
+def additive_vs_dot(ctx: Context | None) -> Evidence:
+    """Forward latency (measured side by side, bootstrap interval) and largest intermediate tensor of
+    dot-product vs additive attention at n = 256, d = d_a = 64, batch 4, fp32."""
+    from harness.timing import TimingConfig, measure_cpu
+    torch.manual_seed(0)
+    b, n, d = 4, 256, 64
+    q, k, v = (torch.randn(b, n, d) for _ in range(3))
+    add = Additive(d, d)
+    runs = {"dot": lambda: dot_attention(q, k, v), "additive": lambda: add(q, k, v)}
+    ev = Evidence()
+    with torch.no_grad():
+        timed = {name: measure_cpu(fn, TimingConfig.quick()) for name, fn in runs.items()}
+    samples = {name: {"samples_s": list(t.samples_s)} for name, t in timed.items()}
+    ev.figures["additive_over_dot_latency"] = median_ratio(samples["additive"], samples["dot"],
+                                                           f"forward latency, B={b}, n={n}, d=d_a={d}, fp32")
+    sizes = {name: largest_intermediate_bytes(fn) for name, fn in runs.items()}
+    ev.figures["additive_over_dot_bytes"] = Figure(sizes["additive"] / sizes["dot"], unit="×",
+                                                   note=f"largest intermediate tensor: additive "
+                                                        f"{sizes['additive'] / 2**20:.1f} MiB vs dot "
+                                                        f"{sizes['dot'] / 2**20:.1f} MiB")
+    ev.chart = Chart("dot-product vs additive attention", "", "median ms", {
+        name: [(name, sorted(t.samples_s)[len(t.samples_s) // 2] * 1e3, None, None)] for name, t in timed.items()},
+        kind="bar")
+    return ev
+
+
+# -- ViT patch embedding
+def _doc_patchify(x: Tensor, p: int) -> Tensor:
+    """000 Part 5's code, verbatim: unfold, unfold, view — no permute. (B, 3, S, S) → (B, N, 3p²)."""
+    x = x.unfold(2, p, p).unfold(3, p, p)                  # (B, C, S/p, S/p, p, p)
+    return x.contiguous().view(x.shape[0], -1, p ** 2 * 3)
+
+
+def _patchify(x: Tensor, p: int) -> Tensor:
+    """Correct: one row per patch, its (C, p, p) pixels. (B, 3, S, S) → (B, N, 3p²)."""
+    x = x.unfold(2, p, p).unfold(3, p, p).permute(0, 2, 3, 1, 4, 5)   # (B, S/p, S/p, C, p, p)
+    return x.reshape(x.shape[0], -1, 3 * p * p)
+
+
+def _one_patch_share(rows: Tensor) -> float:
+    """Share of rows whose values are all one patch id."""
+    return float((rows.amin(-1) == rows.amax(-1)).double().mean())
+
+
+@probe("patch_embedding", figures=("conv_equals_linear", "doc_code_one_patch_share", "permuted_one_patch_share"))
+def patch_embedding(ctx: Context | None) -> Evidence:
+    """Our ViT's Conv2d(p×p, stride p) patch embedding against a Linear on flattened patches with the
+    same weights; and whether 000's unfold/view code gives one patch per row (an image whose pixels hold
+    their patch's id)."""
+    spec = resolve("vit-b16")
+    torch.manual_seed(0)
+    model = spec.build(spec.config)
+    conv = model.patch_embed                                # Conv2d(3, 768, 16, stride 16)
+    p = conv.kernel_size[0]
+    x = torch.randn(2, 3, 224, 224)
+    with torch.no_grad():
+        via_conv = conv(x).flatten(2).transpose(1, 2)                            # (B, 196, d)
+        via_linear = F.linear(_patchify(x, p), conv.weight.flatten(1), conv.bias)   # (B, 196, d)
+    ev = Evidence()
+    ev.figures["conv_equals_linear"] = Figure(float((via_conv - via_linear).abs().max()), unit="max |Δ|",
+                                              note="Conv2d(16×16, stride 16) vs Linear(768 → 768) on patches")
+    side = 224 // p
+    ids = torch.arange(side * side, dtype=torch.float32).view(side, side)
+    img = ids.repeat_interleave(p, 0).repeat_interleave(p, 1).expand(1, 3, 224, 224)   # pixel = its patch id
+    ev.figures["doc_code_one_patch_share"] = Figure(_one_patch_share(_doc_patchify(img, p)[0]), unit="of rows",
+                                                    note="000's unfold → unfold → view: each row holds 3 "
+                                                         "neighbouring patches of one channel")
+    ev.figures["permuted_one_patch_share"] = Figure(_one_patch_share(_patchify(img, p)[0]), unit="of rows",
+                                                    note="with .permute(0, 2, 3, 1, 4, 5) before the view")
+    return ev
+
+
+@probe("layer_norm", figures=("ln_padding_change", "ln_train_eval_change", "bn_padding_change",
+                              "bn_train_eval_change"))
+def layer_norm(ctx: Context | None) -> Evidence:
+    """The same 4 sequences normalised alone and with 4 zero-padded ones in the batch, and in train vs
+    eval mode, by LayerNorm(64) and BatchNorm1d(64) (over tokens), fresh modules, fp32."""
+    torch.manual_seed(0)
+    real = torch.randn(4, 16, 64) * 3 + 1                                    # (B, T, d)
+    padded = torch.cat([real, torch.zeros(4, 16, 64)])
+    ev = Evidence()
+    torch.set_grad_enabled(False)
+    try:
+        _norms(real, padded, ev)
+    finally:
+        torch.set_grad_enabled(True)
+    return ev
+
+
+def _norms(real: Tensor, padded: Tensor, ev: Evidence) -> None:
+    for tag, make in (("ln", lambda: nn.LayerNorm(64)), ("bn", lambda: nn.BatchNorm1d(64))):
+        def apply(m: nn.Module, x: Tensor) -> Tensor:
+            return m(x) if tag == "ln" else m(x.transpose(1, 2)).transpose(1, 2)
+        m = make().train()
+        alone, with_pad = apply(m, real), apply(make().train(), padded)[:4]
+        ev.figures[f"{tag}_padding_change"] = Figure(float((alone - with_pad).abs().max()), unit="max |Δ|",
+                                                     note="real tokens' outputs, batch alone vs with padding")
+        m.eval()
+        ev.figures[f"{tag}_train_eval_change"] = Figure(float((alone - apply(m, real)).abs().max()),
+                                                        unit="max |Δ|", note="train() vs eval() output")
+
+
+@probe("mask_fill", figures=("masked_weight_fp32", "fully_masked_row_finite", "works_fp16", "works_bf16"))
+def mask_fill(ctx: Context | None) -> Evidence:
+    """``scores.masked_fill(mask == 0, -1e9)`` then softmax, as the documents' code does, in fp32, bf16, fp16."""
+    torch.manual_seed(0)
+    scores = torch.randn(8, 8) * 10
+    mask = torch.tril(torch.ones(8, 8))
+    ev = Evidence()
+    p = scores.masked_fill(mask == 0, -1e9).softmax(-1)
+    ev.figures["masked_weight_fp32"] = Figure(float(p[mask == 0].abs().max()), unit="max weight",
+                                              note="largest attention weight on a masked key, fp32")
+    full = torch.zeros(8, 8).masked_fill(torch.ones(8, 8, dtype=torch.bool), -1e9).softmax(-1)
+    ev.figures["fully_masked_row_finite"] = Figure(float(torch.isfinite(full).all()), unit="",
+                                                   note=f"a row with every key masked → uniform {float(full[0, 0]):.4g}"
+                                                        " (a -inf mask gives NaN)")
+    for dtype, key in ((torch.float16, "works_fp16"), (torch.bfloat16, "works_bf16")):
+        try:
+            q = scores.to(dtype).masked_fill(mask == 0, -1e9).float().softmax(-1)
+            ok, note = bool(q[mask == 0].abs().max() == 0), "masked weights exactly 0"
+        except RuntimeError as exc:
+            ok, note = False, f"masked_fill raises: {str(exc).splitlines()[0]}"
+        ev.figures[key] = Figure(float(ok), note=note)
+    return ev
+
+
+@probe("pixel_tokens", figures=("tokens_224_pixels", "score_gb_per_head"))
+def pixel_tokens(ctx: Context | None) -> Evidence:
+    """Attention over the pixels of a 224×224 image: tokens, and the fp32 score matrix of one head, one layer."""
+    n = 224 * 224
+    ev = Evidence()
+    ev.figures["tokens_224_pixels"] = Figure(float(n), unit="tokens", note="224 × 224 pixels, one token each")
+    ev.figures["score_gb_per_head"] = Figure(n * n * 4 / 1e9, unit="GB",
+                                             note=f"{n:,}² fp32 scores = {n * n * 4 / 2**30:.2f} GiB, one head, one layer")
+    return ev
