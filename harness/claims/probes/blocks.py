@@ -259,6 +259,17 @@ def mask_fill(ctx: Context | None) -> Evidence:
         except RuntimeError as exc:
             ok, note = False, f"masked_fill raises: {str(exc).splitlines()[0]}"
         ev.figures[key] = Figure(float(ok), note=note)
+    curves: dict[str, list[tuple[float, float, None, None]]] = {}
+    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16), ("fp16", torch.float16)):
+        for fill in (1e1, 3e1, 1e2, 1e3, 6.5e4, 1e5, 1e9):
+            try:
+                w = scores.to(dtype).masked_fill(mask == 0, -fill).softmax(-1)
+            except RuntimeError:
+                continue                                             # fp16 cannot hold the fill value
+            curves.setdefault(name, []).append((fill, float(w[mask == 0].float().max()), None, None))
+    ev.chart = Chart("largest weight left on a masked key vs the fill value", "−fill", "max masked weight",
+                     curves, x_log=True)
+    ev.notes.append("fp16's curve ends at 65,504 (its largest finite value): beyond it masked_fill raises")
     return ev
 
 
