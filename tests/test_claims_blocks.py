@@ -10,6 +10,7 @@ from harness.claims.model import Evidence, Figure
 from harness.claims.probes import blocks
 from harness.claims.verdicts import decide
 from harness.registry import resolve
+from reports.claims_view import to_record
 
 EXPECTED = {"C31": "partly supported", "C32": "partly supported", "C33": "partly supported", "C34": "supported",
             "C35": "supported", "C36": "contradicted", "C37": "supported", "C38": "partly supported",
@@ -31,6 +32,7 @@ def test_added_claim_verdicts(cid, evidence):
     assert claim.added
     v = decide(claim, evidence[claim.probe])
     assert v.verdict == EXPECTED[cid], v.reason
+    assert to_record(v)["chart"]["series"]                      # every claim is shown with a plot
 
 
 @pytest.mark.parametrize("key", ["gpt3", "llama2_70b"])
