@@ -43,11 +43,15 @@ def select(rows: list[dict[str, Any]], **conds: Any) -> list[dict[str, Any]]:
     return [r for r in rows if r["status"] == "ok" and all(field(r, k) == v for k, v in conds.items())]
 
 
-def exponent(rows: list[dict[str, Any]], x: str, metric: str, top: int | None = None, unit: str = "") -> Figure:
-    """The log-log exponent of ``metric`` vs ``x`` with its 95% interval (over the ``top`` largest x if given)."""
+def exponent(rows: list[dict[str, Any]], x: str, metric: str, top: int | None = None, unit: str = "",
+             span: float | None = None) -> Figure:
+    """The log-log exponent of ``metric`` vs ``x`` with its 95% interval: over the ``top`` largest x if
+    given, or over x ≥ max(x)/``span`` (the asymptotic end, where fixed per-call costs no longer count)."""
     pts = sorted((field(r, x), r["metrics"][metric]) for r in rows if metric in r["metrics"])
     if top:
         pts = pts[-top:]
+    if span and pts:
+        pts = [p for p in pts if p[0] * span >= pts[-1][0]]
     fit = fit_loglog([p[0] for p in pts], [p[1] for p in pts]) if len(pts) >= 2 else None
     if fit is None:
         return Figure(float("nan"), note=f"fewer than 2 points of {metric}")

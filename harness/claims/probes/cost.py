@@ -30,9 +30,9 @@ def attention_core(ctx: Context) -> Evidence:
             line = select(rows, attn_impl=impl, mode=mode)
             if impl == "eager" and mode == "fwd":
                 ev.figures["macs_exp_eager"] = exponent(line, "seq_len", "macs")
-            # the asymptotic exponent: the three largest n (small n carry fixed per-call overheads)
-            ev.figures[f"latency_exp_{impl}{tag}"] = exponent(line, "seq_len", "median_ms", top=3)
-            ev.figures[f"memory_exp_{impl}{tag}"] = exponent(line, "seq_len", "activation_peak_bytes", top=3)
+            # the asymptotic exponent: the top two octaves of n (small n carry fixed per-call overheads)
+            ev.figures[f"latency_exp_{impl}{tag}"] = exponent(line, "seq_len", "median_ms", span=4)
+            ev.figures[f"memory_exp_{impl}{tag}"] = exponent(line, "seq_len", "activation_peak_bytes", span=4)
     n_max = max((field(r, "seq_len") for r in rows if r["status"] == "ok"), default=None)
     ev.figures["memory_ratio_eager_sdpa"] = ratio_figure(
         at(rows, "peak_bytes", attn_impl="eager", mode="fwd", seq_len=n_max),
@@ -41,7 +41,7 @@ def attention_core(ctx: Context) -> Evidence:
     ev.chart = Chart("attention alone: latency vs n", "sequence length n", "median latency (ms)",
                      series(rows, "seq_len", "median_ms"), x_log=True, y_log=True)
     ev.notes.append("softmax(q·kᵀ/√d)·v alone (attention-core, h=8, d_head=64, batch 1, fp32); exponents of "
-                    "latency and activation memory fitted over the three largest n.")
+                    "latency and activation memory fitted over the top two octaves of n (n ≥ n_max/4).")
     return ev
 
 
@@ -207,8 +207,8 @@ def long_sequence(ctx: Context) -> Evidence:
     lines = {"exact_eager": select(rows, arch="lra-exact", attn_impl="eager")}
     lines.update({k: select(rows, arch=a) for k, a in EFFICIENT.items()})
     for k, line in lines.items():
-        ev.figures[f"latency_exp_{k}"] = exponent(line, "seq_len", "median_ms", top=3)
-        ev.figures[f"memory_exp_{k}"] = exponent(line, "seq_len", "activation_peak_bytes", top=3)
+        ev.figures[f"latency_exp_{k}"] = exponent(line, "seq_len", "median_ms", span=4)
+        ev.figures[f"memory_exp_{k}"] = exponent(line, "seq_len", "activation_peak_bytes", span=4)
     n = max((field(r, "seq_len") for r in lines["exact_eager"]), default=None)
     exact = at(rows, "activation_peak_bytes", arch="lra-exact", attn_impl="eager", seq_len=n)
     best = min((at(line, "activation_peak_bytes", seq_len=n) or float("inf")) for k, line in lines.items()
