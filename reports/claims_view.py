@@ -68,6 +68,11 @@ def rules_chart(v: Verdict) -> Chart | None:
                  hlines={"the claim's figure": 1.0})
 
 
+RECORD_KEYS = {"id", "title", "section", "quote", "where", "added", "verdict", "reason", "rules", "document_figure",
+               "published", "units", "sources", "notes", "figures", "chart"}
+"""What ``to_record`` writes: the claims section needs every one of them."""
+
+
 def claims_document(verdicts: list[Verdict], env: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
     """What ``bench claims`` writes as JSON and what both HTML views render from."""
     return {"kind": "bench-claims", "context": context, "env": env, "claims": [to_record(v) for v in verdicts]}
@@ -75,18 +80,21 @@ def claims_document(verdicts: list[Verdict], env: dict[str, Any], context: dict[
 
 def claims_section(doc: dict[str, Any], heading: int) -> dict[str, Any]:
     """Template variables of the claims section (_claims.html.j2) from a claims document."""
-    try:
-        records = [{"added": False, "notes": [], "sources": [], "units": "", "document_figure": "", "published": [],
-                    **r, "svg": Markup(chart_svg(Chart(**r["chart"]) if r.get("chart") else None))}
-                   for r in doc["claims"]]
-        counts = {k: sum(r["verdict"] == k for r in records) for k in STYLE}
-        sections: dict[str, list[dict[str, Any]]] = {}
-        for r in records:
-            sections.setdefault(r.get("section") or "Claims", []).append(r)
-        return {"claims": records, "sections": sections, "counts": counts, "context": doc["context"],
-                "env": doc["env"], "h": heading}
-    except (KeyError, TypeError) as exc:
-        raise ValueError(f"not a bench claims record (missing {exc})") from None
+    for key in ("claims", "context", "env"):
+        if key not in doc:
+            raise ValueError(f"not a bench claims record (no {key!r})")
+    for r in doc["claims"]:
+        missing = RECORD_KEYS - set(r)
+        if missing:
+            raise ValueError(f"not a bench claims record of this version ({r.get('id', '?')} lacks "
+                             f"{', '.join(sorted(missing))}); run bench claims again")
+    records = [dict(r, svg=Markup(chart_svg(Chart(**r["chart"]) if r["chart"] else None))) for r in doc["claims"]]
+    sections: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        sections.setdefault(r["section"], []).append(r)
+    counts = {k: sum(r["verdict"] == k for r in records) for k in STYLE}
+    return {"claims": records, "sections": sections, "counts": counts, "context": doc["context"], "env": doc["env"],
+            "h": heading}
 
 
 def chart_svg(chart: Chart | None) -> str:

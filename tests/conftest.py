@@ -72,6 +72,21 @@ def run_tiny(tmp: Path, *extra: str, text: str = TINY_SUITE):
     return suite, url, invoke("run", str(suite), "--quick", "--executor", "inline", "--store", url, *extra)
 
 
+def store_slower_copy(store, run: dict, factor: float = 2.0) -> str:
+    """Store a copy of ``run`` as if measured on another machine: every median × ``factor``. Returns its id."""
+    import dataclasses
+    from harness.spec import Record
+    rows = store.records(run["id"])
+    fields = {f.name for f in dataclasses.fields(Record)}
+    copy = store.create_run(run["suite"], run["suite_path"], True, len(rows), run["env"], run["options"])
+    for r in rows:
+        rec = Record(**{k: r[k] for k in fields})
+        rec.metrics = {**rec.metrics, "median_ms": rec.metrics["median_ms"] * factor}
+        store.add_record(copy, rec)
+    store.finish_run(copy)
+    return copy
+
+
 @pytest.fixture
 def cli():
     runner = CliRunner()

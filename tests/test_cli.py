@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from harness.store import Store
 from harness.suite import load_suite

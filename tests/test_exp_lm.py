@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from harness.claims.experiments import causal, kv_heads, positions
-from harness.claims.experiments.lm_train import build_lm, n_params
+from harness.claims.experiments.lm_train import build_lm
 from harness.claims.experiments.text_data import VOCAB, load_corpus, recall_task, sample_batch
+from harness.flops import count_params
 
 TINY = dict(d_model=32, n_layers=1, n_heads=4, seq_len=8, steps=3, batch=4, warmup=1, eval_windows=4,
             eval_batch=4, corpus_bytes=200_000)
@@ -115,4 +116,4 @@ def test_future_change_detects_the_mask_on_an_untrained_model():
     open_ = build_lm(0, d_model=32, n_layers=1, n_heads=4, causal=False)
     assert causal.future_change(masked, tokens, 5) < 1e-5
     assert causal.future_change(open_, tokens, 5) > 1e-3
-    assert n_params(masked) == n_params(open_)
+    assert count_params(masked) == count_params(open_)

@@ -6,7 +6,6 @@ aligned table, ratios and error-state marks are all deterministic.
 """
 from __future__ import annotations
 
-import dataclasses
 import html as htmllib
 import re
 from html.parser import HTMLParser
@@ -20,7 +19,7 @@ from harness.spec import Record
 from harness.store import Store
 from reports.html import render_report
 from reports.plots import figure_svg, suite_figure
-from tests.conftest import run_tiny
+from tests.conftest import run_tiny, store_slower_copy
 from reports.report_cmd import report
 
 XSS = "<script>alert(1)</script>"
@@ -46,15 +45,7 @@ def two_runs(tmp_path_factory):
     store = Store(url, create=False)
     first = store.get_run("latest")
     rows = store.records(first["id"])
-    fields = {f.name for f in dataclasses.fields(Record)}
-    # the same suite "on another machine": every median doubled
-    second_id = store.create_run(first["suite"], first["suite_path"], True, len(rows), first["env"],
-                                 first["options"])
-    for r in rows:
-        rec = Record(**{k: r[k] for k in fields})
-        rec.metrics = {**rec.metrics, "median_ms": rec.metrics["median_ms"] * 2}
-        store.add_record(second_id, rec)
-    store.finish_run(second_id)
+    second_id = store_slower_copy(store, first)          # the same suite "on another machine": medians × 2
     # a case the first run skipped (too big for the memory budget)
     template = rows[0]
     store.add_record(first["id"], Record(

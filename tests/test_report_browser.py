@@ -12,7 +12,6 @@ with BENCH_REQUIRE_BROWSER=1 (as .ci/run sets) they fail instead.
 """
 from __future__ import annotations
 
-import dataclasses
 import http.server
 import io
 import json
@@ -23,9 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.spec import Record
 from harness.store import Store
-from tests.conftest import invoke, run_tiny
+from tests.conftest import invoke, run_tiny, store_slower_copy
 
 pytestmark = pytest.mark.browser
 
@@ -89,15 +87,7 @@ def report_html(tmp_path_factory) -> Path:
     assert result.exit_code == 0, result.output
     store = Store(url, create=False)
     first = store.get_run("latest")
-    rows = store.records(first["id"])
-    fields = {f.name for f in dataclasses.fields(Record)}
-    second = store.create_run(first["suite"], first["suite_path"], True, len(rows), first["env"],
-                              first["options"])
-    for r in rows:           # the same suite "on another machine": every median doubled
-        rec = Record(**{k: r[k] for k in fields})
-        rec.metrics = {**rec.metrics, "median_ms": rec.metrics["median_ms"] * 2}
-        store.add_record(second, rec)
-    store.finish_run(second)
+    second = store_slower_copy(store, first)             # the same suite "on another machine": medians × 2
     claims = tmp / "claims.html"               # cheap claims (computed directly), C33 with a chart
     result = invoke("claims", "--quick", "--only", "C12,C26,C33", "--store", url, "-o", str(claims))
     assert result.exit_code == 0, result.output

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from harness.claims.experiments.norm_placement import (
-    Task, build, finite_or_none, make_batch, n_params, task_loss, train)
+    Task, build, finite_or_none, make_batch, per_seed_results, result_header, task_loss, train)
+from harness.flops import count_params
 
 
 @dataclass(frozen=True)
@@ -168,11 +169,8 @@ def training(setup: Setup, seeds: tuple[int, ...]) -> dict[str, Any]:
             "init_grad_k": [p["grad_k"] for p in probes],
             "init_logit_std": [p["logit_std"] for p in probes],
             "init_saturated": [p["saturated"] for p in probes],
-            "init_loss": [r["init_loss"] for r in runs],
             "loss_at": {k: [finite_or_none(r["probes"][k]) for r in runs] for k in map(str, setup.probe_at)},
-            "final_loss": [finite_or_none(r["final_loss"]) for r in runs],
-            "final_acc": [r["final_acc"] for r in runs],
-            "nonfinite": [r["nonfinite"] for r in runs],
+            **per_seed_results(runs),
         }
     return res
 
@@ -185,13 +183,10 @@ def run(quick: bool = True, seeds: tuple[int, ...] = (0, 1, 2), setup: Setup | N
     t1 = time.perf_counter()
     trained = training(setup, seeds)
     t2 = time.perf_counter()
-    params = n_params(build(setup.task, 0, d_model=setup.d_model, n_heads=setup.n_heads,
-                            n_layers=setup.n_layers))
+    params = count_params(build(setup.task, 0, d_model=setup.d_model, n_heads=setup.n_heads,
+                                n_layers=setup.n_layers))
     return {
-        "claim": "C07",
-        "setup": {k: (asdict(v) if k == "task" else v) for k, v in setup.__dict__.items()},
-        "seeds": list(seeds),
-        "trivial_loss": setup.task.trivial_loss,
+        **result_header("C07", setup, seeds),
         "numeric": num,
         "training": trained,
         "scale": {"params": params, "d_head": setup.d_model // setup.n_heads, "steps": setup.steps,

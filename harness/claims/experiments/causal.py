@@ -14,9 +14,10 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from harness.claims.experiments.lm_train import (LMSetup, build_lm, eval_windows, last_position_loss, n_params,
+from harness.claims.experiments.lm_train import (LMSetup, build_lm, eval_windows, last_position_loss,
                                                  position_losses, train_lm)
 from harness.claims.experiments.text_data import VOCAB, load_corpus
+from harness.flops import count_params
 
 DATA = ("Byte-level language modelling of CPython's own standard-library source (the top-level *.py "
         "files in sorted order, first 3 MB: ~2.65M training tokens from 95 files, ~0.35M validation "
@@ -62,7 +63,7 @@ def run(quick: bool = True, seeds: tuple[int, ...] = (0, 1, 2), setup: Setup | N
     check = val_windows[: s.check_batch, :-1]
     models: dict[str, dict] = {}
     for name, causal in (("causal", True), ("no_mask", False)):
-        models[name] = {"causal": causal, "params": n_params(build_lm(0, **arch(s, causal))),
+        models[name] = {"causal": causal, "params": count_params(build_lm(0, **arch(s, causal))),
                         "train_loss": [], "loss_curve": [], "val_loss_all_positions": [],
                         "val_acc_all_positions": [], "gen_loss_last_position": [], "gen_acc_last_position": [],
                         "future_change_max_abs": [], "train_seconds": []}

@@ -15,8 +15,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from harness.claims.experiments.lm_train import LMSetup, build_lm, evaluate, n_params, train_lm
+from harness.claims.experiments.lm_train import LMSetup, build_lm, evaluate, train_lm
 from harness.claims.experiments.text_data import load_corpus
+from harness.flops import count_params
 
 DATA = ("Byte-level language modelling of CPython's own standard-library source (the top-level *.py "
         "files in sorted order, first 3 MB: ~2.65M training tokens from 95 files, ~0.35M validation "
@@ -49,7 +50,7 @@ def arch(s: Setup, kv: int, d_ff: int | None = None) -> dict:
 
 
 def count(s: Setup, kv: int, d_ff: int | None = None) -> int:
-    return n_params(build_lm(0, **arch(s, kv, d_ff)))
+    return count_params(build_lm(0, **arch(s, kv, d_ff)))
 
 
 def matched_d_ff(s: Setup, kv: int) -> int:
@@ -90,7 +91,7 @@ def run(quick: bool = True, seeds: tuple[int, ...] = (0, 1, 2), setup: Setup | N
         model = build_lm(0, **arch(s, kv, d_ff))
         probe = torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(0))
         variants[name] = {
-            "kv_heads": kv, "d_ff": d_ff, "params": n_params(model),
+            "kv_heads": kv, "d_ff": d_ff, "params": count_params(model),
             "kv_bytes_per_token_formula_fp32": kv_bytes_per_token(s, kv, 4),
             "kv_bytes_per_token_measured_fp32": measured_kv_bytes_per_token(model, probe),
             f"kv_bytes_per_token_{8 * s.cache_dtype_bytes}bit": kv_bytes_per_token(s, kv, s.cache_dtype_bytes),

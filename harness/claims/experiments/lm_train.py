@@ -56,10 +56,6 @@ def build_lm(seed: int, **overrides: Any) -> nn.Module:
     return spec.build(spec.config)
 
 
-def n_params(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
-
-
 def lr_at(step: int, s: LMSetup) -> float:
     if step < s.warmup:
         return s.lr * (step + 1) / s.warmup

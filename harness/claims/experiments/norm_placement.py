@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from harness.flops import count_params
 from harness.registry import resolve
 
 
@@ -83,10 +84,6 @@ def build(task: Task, seed: int, **cfg: Any) -> nn.Module:
     return spec.build(spec.config)
 
 
-def n_params(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
-
-
 @torch.no_grad()
 def evaluate(model: nn.Module, held_out: Tensor, task: Task) -> tuple[float, float]:
     was = model.training
@@ -139,6 +136,20 @@ def train(model: nn.Module, task: Task, *, steps: int, batch: int, lr: float, wa
 def finite_or_none(x: float) -> float | None:
     """JSON has no inf/NaN: non-finite values are reported as None."""
     return x if math.isfinite(x) else None
+
+
+def result_header(claim: str, setup: Any, seeds: tuple[int, ...]) -> dict[str, Any]:
+    """The fields every tiny-task experiment's result starts with: claim, setup, seeds, trivial loss."""
+    return {"claim": claim, "setup": {k: (asdict(v) if k == "task" else v) for k, v in setup.__dict__.items()},
+            "seeds": list(seeds), "trivial_loss": setup.task.trivial_loss}
+
+
+def per_seed_results(runs: list[dict[str, Any]]) -> dict[str, list]:
+    """``train``'s results over seeds as lists per key (JSON-safe): init/final loss, final accuracy, non-finite."""
+    return {"init_loss": [r["init_loss"] for r in runs],
+            "final_loss": [finite_or_none(r["final_loss"]) for r in runs],
+            "final_acc": [r["final_acc"] for r in runs],
+            "nonfinite": [r["nonfinite"] for r in runs]}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -247,11 +258,7 @@ def training_grid(setup: Setup, seeds: tuple[int, ...]) -> dict[str, Any]:
                                           warmup=round(wu * setup.steps), seed=seed, held_out=held_out))
                     flags = [diverged(r, task) for r in runs]
                     cells[cell_name(placement, depth, lr, wu)] = dict(
-                        placement=placement, depth=depth, lr=lr, warmup=wu,
-                        final_loss=[finite_or_none(r["final_loss"]) for r in runs],
-                        final_acc=[r["final_acc"] for r in runs],
-                        init_loss=[r["init_loss"] for r in runs],
-                        nonfinite=[r["nonfinite"] for r in runs],
+                        placement=placement, depth=depth, lr=lr, warmup=wu, **per_seed_results(runs),
                         diverged=flags, divergence_rate=sum(flags) / len(flags))
     return cells
 
@@ -324,13 +331,10 @@ def run(quick: bool = True, seeds: tuple[int, ...] = (0, 1, 2), setup: Setup | N
     cells = training_grid(setup, seeds)
     t2 = time.perf_counter()
     summary = summarise(cells, setup, seeds)
-    params = {str(d): n_params(build(setup.task, 0, d_model=setup.d_model, n_heads=setup.n_heads,
-                                     n_layers=d)) for d in sorted({*setup.grad_depths, *setup.depths})}
+    params = {str(d): count_params(build(setup.task, 0, d_model=setup.d_model, n_heads=setup.n_heads,
+                                         n_layers=d)) for d in sorted({*setup.grad_depths, *setup.depths})}
     return {
-        "claim": "C17",
-        "setup": {k: (asdict(v) if k == "task" else v) for k, v in setup.__dict__.items()},
-        "seeds": list(seeds),
-        "trivial_loss": setup.task.trivial_loss,
+        **result_header("C17", setup, seeds),
         "grad_norm_at_init": grads,
         "grid": cells,
         "summary": summary,

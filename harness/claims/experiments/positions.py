@@ -14,9 +14,10 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 
-from harness.claims.experiments.lm_train import (LMSetup, build_lm, eval_windows, n_params, position_losses,
+from harness.claims.experiments.lm_train import (LMSetup, build_lm, eval_windows, position_losses,
                                                  train_lm)
 from harness.claims.experiments.text_data import load_corpus
+from harness.flops import count_params
 
 DATA = ("Byte-level language modelling of CPython's own standard-library source (the top-level *.py "
         "files in sorted order, first 3 MB: ~2.65M training tokens from 95 files, ~0.35M validation "
@@ -56,7 +57,7 @@ def run(quick: bool = True, seeds: tuple[int, ...] = (0, 1, 2), setup: Setup | N
     schemes: dict[str, dict] = {}
     for scheme in s.schemes:
         schemes[scheme] = {
-            "params": n_params(build_lm(0, **arch(s, scheme))), "train_loss": [], "train_seconds": [],
+            "params": count_params(build_lm(0, **arch(s, scheme))), "train_loss": [], "train_seconds": [],
             "by_multiple": {str(k): {"length": k * L, "available": True, "error": None, "loss": [], "acc": [],
                                      "loss_first_L": [], "loss_beyond_L": [] if k > 1 else None}
                             for k in s.multiples},

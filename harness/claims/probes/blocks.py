@@ -2,7 +2,6 @@
 computed directly from the code's own modules and shapes, each in seconds on a CPU."""
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import torch
@@ -10,9 +9,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from architectures.layers.attention import eager_attention
 from harness.claims.evidence import Context
 from harness.claims.model import Chart, Evidence, Figure
 from harness.claims.probes import median_ratio, probe
+from harness.flops import count_params
 from harness.registry import resolve
 from harness.spec import Workload
 
@@ -72,19 +73,15 @@ def dot_magnitude(ctx: Context | None) -> Evidence:
     return ev
 
 
-def _n_params(m: nn.Module) -> int:
-    return sum(p.numel() for p in m.parameters())
-
-
 @probe("layer_params", figures=("attn_over_lstm", "attn_over_gru", "attn_over_conv3"))
 def layer_params(ctx: Context | None) -> Evidence:
     """Parameters of one layer at d = 512: our self-attention (Q/K/V/O with biases) against nn.LSTM,
     nn.GRU and nn.Conv1d(k=3), each mapping d → d."""
     from architectures.layers.attention import Attention
     d = 512
-    attn = _n_params(Attention(d, 8))
-    others = {"lstm": _n_params(nn.LSTM(d, d)), "gru": _n_params(nn.GRU(d, d)),
-              "conv3": _n_params(nn.Conv1d(d, d, 3))}
+    attn = count_params(Attention(d, 8))
+    others = {"lstm": count_params(nn.LSTM(d, d)), "gru": count_params(nn.GRU(d, d)),
+              "conv3": count_params(nn.Conv1d(d, d, 3))}
     ev = Evidence()
     for k, n in others.items():
         ev.figures[f"attn_over_{k}"] = Figure(attn / n, unit="×", note=f"self-attention {attn:,} / {k} {n:,}")
@@ -92,14 +89,15 @@ def layer_params(ctx: Context | None) -> Evidence:
         name: [(name, n / 1e6, None, None)] for name, n in
         {"self-attention": attn, "LSTM": others["lstm"], "GRU": others["gru"], "Conv1d k=3": others["conv3"]}.items()},
         kind="bar")
-    ev.notes.append("a Conv1d of kernel k has k·d² + d parameters: self-attention's 4d² + 4d is fewer only for k ≥ 5")
+    ev.notes.append("a Conv1d of kernel k has k·d² + d parameters: self-attention's 4d² + 4d is fewer only "
+                    "for k ≥ 5")
     return ev
 
 
 # -- dot-product vs additive attention (004: "Scaled Dot-Product Attention — Faster — More space-efficient")
 def dot_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """softmax(q·kᵀ/√d)·v, written out (B, n, d) → (B, n, d): the (B, n, n) scores are the big tensor."""
-    return (q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])).softmax(-1) @ v
+    """The project's eager attention, one head: (B, n, d) → (B, n, d); the (B, 1, n, n) scores are the big tensor."""
+    return eager_attention(q[:, None], k[:, None], v[:, None], None, None)[:, 0]
 
 
 class Additive(nn.Module):
@@ -217,25 +215,27 @@ def layer_norm(ctx: Context | None) -> Evidence:
     real = torch.randn(4, 16, 64) * 3 + 1                                    # (B, T, d)
     padded = torch.cat([real, torch.zeros(4, 16, 64)])
     ev = Evidence()
-    torch.set_grad_enabled(False)
-    try:
-        _norms(real, padded, ev)
-    finally:
-        torch.set_grad_enabled(True)
+    norms = {"ln": (nn.LayerNorm, lambda m, x: m(x)),                        # over d, per token
+             "bn": (nn.BatchNorm1d, lambda m, x: m(x.transpose(1, 2)).transpose(1, 2))}   # over (B, T)
+    with torch.no_grad():
+        for tag, (make, apply) in norms.items():
+            m = make(64).train()
+            alone, with_pad = apply(m, real), apply(make(64).train(), padded)[:4]
+            ev.figures[f"{tag}_padding_change"] = Figure(float((alone - with_pad).abs().max()), unit="max |Δ|",
+                                                         note="real tokens' outputs, batch alone vs with padding")
+            ev.figures[f"{tag}_train_eval_change"] = Figure(float((alone - apply(m.eval(), real)).abs().max()),
+                                                            unit="max |Δ|", note="train() vs eval() output")
     return ev
 
 
-def _norms(real: Tensor, padded: Tensor, ev: Evidence) -> None:
-    for tag, make in (("ln", lambda: nn.LayerNorm(64)), ("bn", lambda: nn.BatchNorm1d(64))):
-        def apply(m: nn.Module, x: Tensor) -> Tensor:
-            return m(x) if tag == "ln" else m(x.transpose(1, 2)).transpose(1, 2)
-        m = make().train()
-        alone, with_pad = apply(m, real), apply(make().train(), padded)[:4]
-        ev.figures[f"{tag}_padding_change"] = Figure(float((alone - with_pad).abs().max()), unit="max |Δ|",
-                                                     note="real tokens' outputs, batch alone vs with padding")
-        m.eval()
-        ev.figures[f"{tag}_train_eval_change"] = Figure(float((alone - apply(m, real)).abs().max()),
-                                                        unit="max |Δ|", note="train() vs eval() output")
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def masked_weight(scores: Tensor, keep: Tensor, dtype: torch.dtype, fill: float) -> float:
+    """The documents' ``scores.masked_fill(mask == 0, -fill).softmax(-1)`` in ``dtype``: the largest
+    weight left on a masked key. Raises RuntimeError where ``dtype`` cannot hold ``-fill``."""
+    w = scores.to(dtype).masked_fill(keep == 0, -fill).softmax(-1)
+    return float(w[keep == 0].float().max())
 
 
 @probe("mask_fill", figures=("masked_weight_fp32", "fully_masked_row_finite", "works_fp16", "works_bf16"))
@@ -243,30 +243,26 @@ def mask_fill(ctx: Context | None) -> Evidence:
     """``scores.masked_fill(mask == 0, -1e9)`` then softmax, as the documents' code does, in fp32, bf16, fp16."""
     torch.manual_seed(0)
     scores = torch.randn(8, 8) * 10
-    mask = torch.tril(torch.ones(8, 8))
+    keep = torch.tril(torch.ones(8, 8))
     ev = Evidence()
-    p = scores.masked_fill(mask == 0, -1e9).softmax(-1)
-    ev.figures["masked_weight_fp32"] = Figure(float(p[mask == 0].abs().max()), unit="max weight",
+    ev.figures["masked_weight_fp32"] = Figure(masked_weight(scores, keep, torch.float32, 1e9), unit="max weight",
                                               note="largest attention weight on a masked key, fp32")
     full = torch.zeros(8, 8).masked_fill(torch.ones(8, 8, dtype=torch.bool), -1e9).softmax(-1)
-    ev.figures["fully_masked_row_finite"] = Figure(float(torch.isfinite(full).all()), unit="",
-                                                   note=f"a row with every key masked → uniform {float(full[0, 0]):.4g}"
-                                                        " (a -inf mask gives NaN)")
-    for dtype, key in ((torch.float16, "works_fp16"), (torch.bfloat16, "works_bf16")):
-        try:
-            q = scores.to(dtype).masked_fill(mask == 0, -1e9).float().softmax(-1)
-            ok, note = bool(q[mask == 0].abs().max() == 0), "masked weights exactly 0"
-        except RuntimeError as exc:
-            ok, note = False, f"masked_fill raises: {str(exc).splitlines()[0]}"
-        ev.figures[key] = Figure(float(ok), note=note)
+    ev.figures["fully_masked_row_finite"] = Figure(
+        float(torch.isfinite(full).all()), unit="",
+        note=f"a row with every key masked → uniform {float(full[0, 0]):.4g} (a -inf mask gives NaN)")
     curves: dict[str, list[tuple[float, float, None, None]]] = {}
-    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16), ("fp16", torch.float16)):
+    for name, dtype in DTYPES.items():
+        error = ""
         for fill in (1e1, 3e1, 1e2, 1e3, 6.5e4, 1e5, 1e9):
             try:
-                w = scores.to(dtype).masked_fill(mask == 0, -fill).softmax(-1)
-            except RuntimeError:
-                continue                                             # fp16 cannot hold the fill value
-            curves.setdefault(name, []).append((fill, float(w[mask == 0].float().max()), None, None))
+                curves.setdefault(name, []).append((fill, masked_weight(scores, keep, dtype, fill), None, None))
+            except RuntimeError as exc:                              # fp16 cannot hold the fill value
+                error = str(exc).splitlines()[0]
+        if name != "fp32":
+            at_1e9 = dict((x, y) for x, y, _, _ in curves[name]).get(1e9)
+            ev.figures[f"works_{name}"] = Figure(float(at_1e9 == 0), note="masked weights exactly 0"
+                                                 if at_1e9 is not None else f"masked_fill raises: {error}")
     ev.chart = Chart("largest weight left on a masked key vs the fill value", "−fill", "max masked weight",
                      curves, x_log=True)
     ev.notes.append("fp16's curve ends at 65,504 (its largest finite value): beyond it masked_fill raises")
@@ -280,5 +276,6 @@ def pixel_tokens(ctx: Context | None) -> Evidence:
     ev = Evidence()
     ev.figures["tokens_224_pixels"] = Figure(float(n), unit="tokens", note="224 × 224 pixels, one token each")
     ev.figures["score_gb_per_head"] = Figure(n * n * 4 / 1e9, unit="GB",
-                                             note=f"{n:,}² fp32 scores = {n * n * 4 / 2**30:.2f} GiB, one head, one layer")
+                                             note=f"{n:,}² fp32 scores = {n * n * 4 / 2**30:.2f} GiB, one head, "
+                                                  "one layer")
     return ev

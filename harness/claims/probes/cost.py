@@ -116,11 +116,11 @@ def complexity(ctx: Context) -> Evidence:
         ev.figures[f"macs_exp_{kind}"] = exponent(select(rows, arch=arch, d_model=256), "seq_len", "macs")
         n = max(field(r, "seq_len") for r in select(rows, arch=arch))
         per_layer = {d: layer_macs(arch, d, n) for d in (256, 512)}
+        whole = ratio_figure(*(at(rows, "macs", arch=arch, d_model=d, seq_len=n) for d in (512, 256)))
         ev.figures[f"macs_d_ratio_{kind}"] = Figure(
             per_layer[512] / per_layer[256], unit="×",
             note=f"one layer's counted MACs at d=512 / d=256, n={n} (MACs at 2 layers − at 1 layer, so the "
-                 f"embedding and head, linear in d, cancel; the whole model's ratio is "
-                 f"{ratio_figure(at(rows, 'macs', arch=arch, d_model=512, seq_len=n), at(rows, 'macs', arch=arch, d_model=256, seq_len=n)).value:.2f})")
+                 f"embedding and head, linear in d, cancel; the whole model's ratio is {whole.value:.2f})")
     ns = [1024, 2048, 4096, 8192]
     window = [fake_metrics("lra-window", Workload(seq_len=n), n_layers=1, max_seq_len=8192)["macs"] for n in ns]
     core = [fake_metrics("attention-core", Workload(seq_len=n))["macs"] for n in ns]

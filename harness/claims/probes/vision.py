@@ -23,9 +23,10 @@ def published(arch: str) -> dict[str, Any]:
     return {"acc1": meta["_metrics"]["ImageNet-1K"]["acc@1"], "gmacs": meta["_ops"], "params": meta["num_params"]}
 
 
-def _batch1(ctx: Context) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+def _batch1(ctx: Context) -> tuple[Evidence, dict[str, dict[str, Any]]]:
+    """Evidence citing the vit_vs_cnn run, and that run's batch-1 rows by arch."""
     run, rows = ctx.suite("vit_vs_cnn")
-    return run, {r["arch"]: r for r in select(rows, batch_size=1)}
+    return Evidence(sources=[run["id"]]), {r["arch"]: r for r in select(rows, batch_size=1)}
 
 
 def _largest_batch(ctx: Context) -> tuple[int | None, dict[str, dict[str, Any]]]:
@@ -66,8 +67,7 @@ def vit_tokens(ctx: Context) -> Evidence:
 @probe("cost_table", figures=("resnet50_params_m", "resnet50_gmacs", "effnet_params_m", "effnet_gmacs",
                               "vit_params_m", "vit_gmacs", "vit_over_resnet_latency", "resnet_over_effnet_latency"))
 def cost_table(ctx: Context) -> Evidence:
-    run, by = _batch1(ctx)
-    ev = Evidence(sources=[run["id"]])
+    ev, by = _batch1(ctx)
     for key, arch in (("resnet50", "resnet50"), ("effnet", "efficientnet-b0"), ("vit", "vit-b16")):
         m = by.get(arch, {}).get("metrics", {})
         if m:
@@ -83,8 +83,7 @@ def cost_table(ctx: Context) -> Evidence:
 
 @probe("vit_vs_effnet", figures=("macs_ratio", "latency_ratio", "throughput_ratio"))
 def vit_vs_effnet(ctx: Context) -> Evidence:
-    run, by = _batch1(ctx)
-    ev = Evidence(sources=[run["id"]])
+    ev, by = _batch1(ctx)
     vit, eff = by.get("vit-b16"), by.get("efficientnet-b0")
     if vit and eff:
         ev.figures["macs_ratio"] = Figure(vit["metrics"]["macs"] / eff["metrics"]["macs"], unit="×", note="MACs")
@@ -107,8 +106,7 @@ def _rate(r: dict[str, Any] | None) -> float | None:
 @probe("matmul_friendly", figures=("vit_over_resnet_rate", "swin_over_resnet_latency", "vit_peak_share",
                                    "vit_over_resnet_rate_batch", "gpu_vit_over_resnet_rate"))
 def matmul_friendly(ctx: Context) -> Evidence:
-    run, by = _batch1(ctx)
-    ev = Evidence(sources=[run["id"]])
+    ev, by = _batch1(ctx)
     vit, res, swin = by.get("vit-b16"), by.get("resnet50"), by.get("swin-t")
     if vit and res:
         ev.figures["vit_over_resnet_rate"] = Figure(_rate(vit) / _rate(res), unit="×",
@@ -120,6 +118,7 @@ def matmul_friendly(ctx: Context) -> Evidence:
                                                           note=f"achieved FLOP/s, ViT-B/16 / ResNet-50, batch {b}")
     ev.unavailable["gpu_vit_over_resnet_rate"] = ("needs a GPU: the document means accelerators (GPU/TPU matmul "
                                                   "units); this run is on the CPU")
+    run = ctx.suite("vit_vs_cnn")[0]
     peak = ((run["options"] or {}).get("peak") or {}).get("cpu", {}).get("matmul_flops_per_s", {}).get("fp32")
     if vit and peak:
         ev.figures["vit_peak_share"] = Figure(_rate(vit) / peak, unit="of peak",
@@ -168,8 +167,7 @@ def _window_formula() -> Figure:
 @probe("edge", figures=("vit_params_m", "mobilenet_params_m", "effnet_params_m", "mobilenet_latency_ms",
                         "effnet_latency_ms", "vit_latency_ms"))
 def edge(ctx: Context) -> Evidence:
-    run, by = _batch1(ctx)
-    ev = Evidence(sources=[run["id"]])
+    ev, by = _batch1(ctx)
     for key, arch in (("vit", "vit-b16"), ("mobilenet", "mobilenet-v3-large"), ("effnet", "efficientnet-b0")):
         r = by.get(arch)
         if r:
@@ -183,8 +181,7 @@ def edge(ctx: Context) -> Evidence:
 
 @probe("convnext", figures=("acc_gap_convnext_vit", "macs_ratio_convnext_vit", "latency_ratio_convnext_vit"))
 def convnext(ctx: Context) -> Evidence:
-    run, by = _batch1(ctx)
-    ev = Evidence(sources=[run["id"]])
+    ev, by = _batch1(ctx)
     c, v = published("convnext-tiny"), published("vit-b16")
     ev.figures["acc_gap_convnext_vit"] = Figure(c["acc1"] - v["acc1"], unit="points top-1",
                                                 note=f"torchvision metadata: {c['acc1']} vs {v['acc1']}")
