@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor, nn
 
 from architectures.torchvision_models import TorchvisionConfig, image_inputs

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import torch
 from torch import Tensor, nn
 
 from architectures.efficient_attention import token_inputs
@@ -127,7 +126,8 @@ PRESETS: dict[str, SeqBaselineConfig] = {
 SMALL = (("vocab_size", 64), ("d_model", 32), ("n_layers", 2))
 
 for _name, _cfg in PRESETS.items():
-    _layer = f"Conv1d k={_cfg.kernel_size} + {_cfg.activation}" if _cfg.kind == "conv1d" else f"nn.{RECURRENT[_cfg.kind].__name__}"
+    _layer = (f"Conv1d k={_cfg.kernel_size} + {_cfg.activation}" if _cfg.kind == "conv1d"
+              else f"nn.{RECURRENT[_cfg.kind].__name__}")
     register(ArchSpec(_name, "sequence-baseline", _cfg, SeqBaseline, token_inputs,
                       f"{_layer} stack, d={_cfg.d_model}, L={_cfg.n_layers}, vocab={_cfg.vocab_size}",
                       small=SMALL, cost=cost))

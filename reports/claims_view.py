@@ -14,13 +14,15 @@ from harness.claims.model import Chart, Verdict
 
 STYLE = {"supported": "green", "partly supported": "yellow", "contradicted": "red", "inconclusive": "dim"}
 
+_MARK = {"pass": "✓", "fail": "✗"}
+
 
 def verdict_table(verdicts: list[Verdict]) -> Table:
     t = Table(title="claims: verdicts (figures with 95% intervals)", header_style="bold", show_lines=False)
     for col in ("id", "claim", "verdict", "deciding figures"):
         t.add_column(col, overflow="fold")
     for v in verdicts:
-        figs = "; ".join(f"{o.rule.figure} {o.figure.text()} {'✓' if o.status == 'pass' else '✗' if o.status == 'fail' else '?'}"
+        figs = "; ".join(f"{o.rule.figure} {o.figure.text()} {_MARK.get(o.status, '?')}"
                          for o in v.outcomes if o.figure is not None and o.status != "unavailable")
         missing = [o.detail for o in v.outcomes if o.status == "unavailable"]
         if missing:

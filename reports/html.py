@@ -84,7 +84,8 @@ def _case_row(r: dict[str, Any], axis: str | None) -> dict[str, Any]:
     return {"case_key": r["case_key"], "line": r["line"], "arch": r["arch"], "x": _axis_value(r, axis),
             "status": r["status"], "median": _num(m.get("median_ms")), "ci": ci,
             "macs": _num(m.get("macs"), 1e9, "{:,.3f}"), "params": _num(m.get("params"), 1e6, "{:,.2f}"),
-            "peak": _num(m.get("peak_bytes"), MiB, "{:,.1f}"), "est_peak": _num(m.get("est_peak_bytes"), MiB, "{:,.1f}"),
+            "peak": _num(m.get("peak_bytes"), MiB, "{:,.1f}"),
+            "est_peak": _num(m.get("est_peak_bytes"), MiB, "{:,.1f}"),
             "message": note}
 
 
@@ -95,7 +96,8 @@ def _raw_stats(r: dict[str, Any], axis: str | None) -> dict[str, Any]:
             "stdev_ms", "iqr_ms", "rel_iqr", "ci_low_ms", "ci_high_ms")
     table = [(k, f"{int(stats[k])}" if k == "n_samples" else f"{stats[k]:.6g}") for k in keys if k in stats]
     other = sorted((k, _num(v, 1.0, "{:.6g}")) for k, v in r["metrics"].items() if k not in stats)
-    return {"case_key": r["case_key"], "summary": f"{r['line']} · {r['arch']} · {_axis_value(r, axis)} · {r['status']}",
+    return {"case_key": r["case_key"],
+            "summary": f"{r['line']} · {r['arch']} · {_axis_value(r, axis)} · {r['status']}",
             "stats": table, "metrics": other, "samples_ms": ", ".join(f"{s * 1e3:.6g}" for s in samples),
             "n": len(samples), "config": json.dumps(r["config"], sort_keys=True, default=str),
             "workload": json.dumps(r["workload"], sort_keys=True, default=str)}

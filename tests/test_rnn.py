@@ -92,7 +92,8 @@ def test_critical_path_length():
         assert critical_path_length(SeqBaselineConfig(kind=kind, n_layers=3), 100) == 300
     assert critical_path_length(SeqBaselineConfig(kind="conv1d", n_layers=3), 100) == 3
     assert critical_path_length(LongEncoderConfig(n_layers=4), 4096) == 4
-    assert critical_path_length(registry.get("decoder-small").config, 10) == registry.get("decoder-small").config.n_layers
+    decoder = registry.get("decoder-small").config
+    assert critical_path_length(decoder, 10) == decoder.n_layers
     with pytest.raises(ValueError):
         critical_path_length(SeqBaselineConfig(), 0)
 

@@ -202,7 +202,8 @@ swin_configs = st.builds(
     st.integers(1, 4), st.integers(4, 72), st.integers(1, 8), st.integers(1, 2), st.integers(1, 6),
     st.lists(st.integers(1, 2), min_size=1, max_size=4), st.sampled_from([1.0, 2.5, 4.0]), st.integers(1, 20), _impl)
 resnet_configs = st.builds(
-    lambda img, width, stages, blocks, k: dict(img_size=img, width=width, n_stages=stages, blocks=blocks, num_classes=k),
+    lambda img, width, stages, blocks, k: dict(img_size=img, width=width, n_stages=stages, blocks=blocks,
+                                               num_classes=k),
     st.integers(4, 40), st.integers(1, 8), st.integers(1, 4), st.integers(1, 2), st.integers(1, 20))
 
 

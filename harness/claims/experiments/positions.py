@@ -61,7 +61,8 @@ def run(quick: bool = True, seeds: tuple[int, ...] = (0, 1, 2), setup: Setup | N
             "by_multiple": {str(k): {"length": k * L, "available": True, "error": None, "loss": [], "acc": [],
                                      "loss_first_L": [], "loss_beyond_L": [] if k > 1 else None}
                             for k in s.multiples},
-            "detail": {"loss_per_block_of_L": []},   # per seed: loss over each block of L positions at the longest length
+            # per seed: loss over each block of L positions at the longest length
+            "detail": {"loss_per_block_of_L": []},
         }
     for seed in seeds:
         for scheme in s.schemes:

@@ -247,7 +247,8 @@ def train_eval(spec, x_train: Tensor, y_train: Tensor, x_test: Tensor, y_test: T
                              {"params": no_decay, "weight_decay": 0.0}], lr=setup.lr)
     warm = max(1, int(setup.warmup_frac * steps))
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda t: (t + 1) / warm if t < warm else 0.5 * (1 + math.cos(math.pi * (t - warm) / max(1, steps - warm))))
+        opt, lambda t: (t + 1) / warm if t < warm
+        else 0.5 * (1 + math.cos(math.pi * (t - warm) / max(1, steps - warm))))
     bs = min(setup.batch, n)
     perm, pos = torch.randperm(n, generator=g), 0
     model.train()

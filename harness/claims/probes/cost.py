@@ -228,7 +228,8 @@ def _approx_error() -> Figure:
     torch.manual_seed(0)
     exact = Attention(256, 4, impl="sdpa")
     err = approximation_error(WindowAttention(256, 4, window=128), exact, torch.randn(1, 1024, 256))
-    return Figure(float(err), unit="rel. error", note="‖window − exact‖/‖exact‖, ±128, n=1024, random weights")
+    return Figure(float(err), unit="rel. error",
+                  note="‖window − exact‖/‖exact‖, ±128, n=1024, random weights")
 
 
 @probe("ffn_share", figures=("attn_overtakes_ffn_at", "ffn_share_n512", "d_ff_is_4d_share"))

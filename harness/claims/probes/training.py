@@ -83,10 +83,11 @@ def scaling(ctx: Context) -> Evidence:
         ev.figures["saturation_gap"] = mean_ci(_per_seed(raw[big]["saturated_unscaled"], raw[big]["saturated_scaled"]),
                                                "share of rows", f"d_k={big}: rows with max p > 0.99, "
                                                "unscaled − scaled")
-        ev.figures["jacobian_ratio"] = mean_ci(_per_seed(raw[big]["jacobian_median_unscaled"],
-                                                         raw[big]["jacobian_median_scaled"], lambda a, b: a / b), "×",
-                                               f"d_k={big}: median ‖∂softmax/∂logits‖_F per row, unscaled / scaled "
-                                               "(the mean is not monotone in saturation: a one-hot row has J = 0)")
+        jac = _per_seed(raw[big]["jacobian_median_unscaled"], raw[big]["jacobian_median_scaled"],
+                        lambda a, b: a / b)
+        ev.figures["jacobian_ratio"] = mean_ci(
+            jac, "×", f"d_k={big}: median ‖∂softmax/∂logits‖_F per row, unscaled / scaled "
+                      "(the mean is not monotone in saturation: a one-hot row has J = 0)")
         ev.chart = Chart("saturated softmax rows vs d_k", "d_k", "share of rows with max p > 0.99", {
             "unscaled": [(int(k), stat(k, "saturated_unscaled"), None, None) for k in dks],
             "scaled by 1/√d_k": [(int(k), stat(k, "saturated_scaled"), None, None) for k in dks]}, x_log=True)

@@ -10,9 +10,11 @@ from harness.claims.evidence import Context
 from harness.claims.model import Chart, Evidence, Figure
 from harness.claims.probes import exponent, field, median_ratio, probe, select, series
 
-TORCHVISION_WEIGHTS = {"resnet50": "ResNet50_Weights.IMAGENET1K_V1", "efficientnet-b0": "EfficientNet_B0_Weights.IMAGENET1K_V1",
+TORCHVISION_WEIGHTS = {"resnet50": "ResNet50_Weights.IMAGENET1K_V1",
+                       "efficientnet-b0": "EfficientNet_B0_Weights.IMAGENET1K_V1",
                        "mobilenet-v3-large": "MobileNet_V3_Large_Weights.IMAGENET1K_V1",
-                       "convnext-tiny": "ConvNeXt_Tiny_Weights.IMAGENET1K_V1", "vit-b16": "ViT_B_16_Weights.IMAGENET1K_V1",
+                       "convnext-tiny": "ConvNeXt_Tiny_Weights.IMAGENET1K_V1",
+                       "vit-b16": "ViT_B_16_Weights.IMAGENET1K_V1",
                        "swin-t": "Swin_T_Weights.IMAGENET1K_V1"}
 
 
