@@ -86,12 +86,9 @@ def step_cost(cfg: DecodeStepConfig, w: Workload) -> dict[str, int]:
     """Forward MACs of one step (matmuls only, as :mod:`architectures.transformer_cost` counts them),
     parameters, and the bytes of the cache the step reads (0 without a cache)."""
     n, b = _context(w), w.batch_size
-    d, kv, up = tc._widths(cfg)
-    head = b * d * cfg.vocab_size                                          # last position only
+    head = b * cfg.d_model * cfg.vocab_size                                # last position only
     if cfg.use_cache:
-        s = n + 1                                                          # cached keys + the new one
-        block = b * (d * (d + kv) + d * d) + 2 * b * s * d + b * (d * up + cfg.ff_dim * d)
-        macs = cfg.n_layers * block + head
+        macs = tc.stack_macs(cfg, b, 1, kv_len=n + 1) + head               # cached keys + the new one
         cache_bytes = tc.kv_cache_bytes(cfg, b, n, w.torch_dtype.itemsize)
     else:
         macs = tc.stack_macs(cfg, b, n + 1) + head

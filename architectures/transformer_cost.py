@@ -49,12 +49,13 @@ def stack_params(cfg: Any, cross: bool = False) -> int:
     return positions + cfg.n_layers * block + final
 
 
-def stack_macs(cfg: Any, batch: int, t: int, s_context: int | None = None) -> int:
-    """Forward MACs of one stack on (batch, t) tokens; ``s_context``: the encoder length for cross-attention."""
+def stack_macs(cfg: Any, batch: int, t: int, s_context: int | None = None, kv_len: int | None = None) -> int:
+    """Forward MACs of one stack on (batch, t) tokens; ``s_context``: the encoder length for cross-attention;
+    ``kv_len``: the keys each query attends to (default t; a cached decode step attends to cache + new)."""
     d, kv, up = _widths(cfg)
     tokens = batch * t
     block = tokens * (d * (d + kv) + d * d)                 # self-attention projections
-    block += 2 * batch * t * t * d                          # QKᵀ and AV, all query heads
+    block += 2 * batch * t * (t if kv_len is None else kv_len) * d   # QKᵀ and AV, all query heads
     block += tokens * (d * up + cfg.ff_dim * d)             # MLP
     if s_context is not None:
         block += tokens * 2 * d * d + batch * s_context * d * kv   # cross q/out; k/v of the context
