@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from architectures.layers.attention import AttnImpl, eager_attention, head_counts, sdpa_attention
+from architectures.layers.attention import AttnImpl, core_fn, head_counts
+from architectures.layers.efficient import exact_mix_macs
 from harness.registry import register
 from harness.spec import ArchSpec, Workload
 
@@ -31,6 +32,7 @@ class AttentionCoreConfig:
         if self.d_model <= 0 or self.n_heads <= 0:
             raise ValueError("d_model and n_heads must be positive")
         head_counts(self.d_model, self.n_heads, self.n_kv_heads)
+        core_fn(self.attn_impl)                                          # validates attn_impl
 
     @property
     def head_dim(self) -> int:
@@ -46,16 +48,14 @@ class AttentionCore(nn.Module):
 
     def __init__(self, cfg: AttentionCoreConfig) -> None:
         super().__init__()
-        self.cfg = cfg
+        self.cfg, self.core = cfg, core_fn(cfg.attn_impl)
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         if self.training and torch.is_grad_enabled() and not q.requires_grad:
             # In a real layer q, k, v come out of projections; here they are the leaves the backward
             # pass reaches, so forward+backward times the attention's own backward (dq, dk, dv).
             q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
-        if self.cfg.attn_impl == "sdpa":
-            return sdpa_attention(q, k, v, None, None)
-        return eager_attention(q, k, v, None, None)
+        return self.core(q, k, v, None, None)
 
 
 def core_inputs(cfg: AttentionCoreConfig, w: Workload, device: torch.device) -> tuple[Tensor, ...]:
@@ -71,8 +71,7 @@ def core_inputs(cfg: AttentionCoreConfig, w: Workload, device: torch.device) -> 
 
 def core_cost(cfg: AttentionCoreConfig, w: Workload) -> dict[str, int]:
     """q·kᵀ and p·v: B·H·n²·d_head MACs each (softmax counts no MACs); no parameters."""
-    n = w.seq_len or 0
-    return {"params": 0, "macs": 2 * w.batch_size * cfg.n_heads * n * n * cfg.head_dim}
+    return {"params": 0, "macs": exact_mix_macs(w.batch_size, w.seq_len or 0, cfg.n_heads, cfg.head_dim)}
 
 
 register(ArchSpec("attention-core", "attention", AttentionCoreConfig(), AttentionCore, core_inputs,

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from architectures import transformer_cost as cost
-from architectures.layers.attention import Attention, AttnImpl, KVCache
+from architectures.layers.attention import Attention, AttnImpl, KVCache, head_counts
 from architectures.layers.blocks import MLP, RESIDUALS, Activation, Block, NormKind, make_norm
 from architectures.layers.positions import PositionKind, make_positions
 from architectures.transformer_cost import kv_cache_bytes  # noqa: F401  (public here too)
@@ -53,11 +53,7 @@ class TransformerConfig:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        if self.d_model % self.n_heads:
-            raise ValueError(f"n_heads ({self.n_heads}) must divide d_model ({self.d_model})")
-        kv = self.kv_heads
-        if kv <= 0 or self.n_heads % kv:
-            raise ValueError(f"n_kv_heads ({kv}) must divide n_heads ({self.n_heads})")
+        head_counts(self.d_model, self.n_heads, self.n_kv_heads)
         if self.d_ff is not None and self.d_ff <= 0:
             raise ValueError(f"d_ff must be positive, got {self.d_ff}")
         if not 0.0 <= self.dropout < 1.0:

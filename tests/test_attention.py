@@ -218,3 +218,16 @@ def test_scale_is_the_same_in_eager_and_sdpa_and_none_means_inverse_sqrt_head_di
     explicit.load_state_dict(eager.state_dict())
     same = torch.allclose(explicit(x), eager(x), atol=1e-6)
     assert same == (scale is None)
+
+
+def test_attention_core_uses_the_shared_core_and_rejects_unknown_impls() -> None:
+    from architectures.attention_core import AttentionCore, AttentionCoreConfig, core_cost, core_inputs
+    from harness.spec import Workload
+    with pytest.raises(ValueError, match="unknown attention impl"):
+        AttentionCoreConfig(attn_impl="flash")
+    w = Workload(batch_size=2, seq_len=16)
+    q, k, v = core_inputs(AttentionCoreConfig(d_model=32, n_heads=4), w, torch.device("cpu"))
+    eager = AttentionCore(AttentionCoreConfig(d_model=32, n_heads=4, attn_impl="eager"))(q, k, v)
+    sdpa = AttentionCore(AttentionCoreConfig(d_model=32, n_heads=4, attn_impl="sdpa"))(q, k, v)
+    torch.testing.assert_close(eager, sdpa, atol=1e-5, rtol=1e-5)
+    assert core_cost(AttentionCoreConfig(d_model=32, n_heads=4), w)["macs"] == 2 * 2 * 4 * 16 * 16 * 8

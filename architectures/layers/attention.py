@@ -67,6 +67,13 @@ def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, mask: T
         scale=scale, enable_gqa=k.shape[1] != q.shape[1])
 
 
+def core_fn(impl: AttnImpl):
+    """The attention core for ``impl`` (:func:`eager_attention` or :func:`sdpa_attention`); a clear error otherwise."""
+    if impl not in ("eager", "sdpa"):
+        raise ValueError(f"unknown attention impl {impl!r}")
+    return eager_attention if impl == "eager" else sdpa_attention
+
+
 def head_counts(d_model: int, n_heads: int, n_kv_heads: int | None) -> int:
     """Validate the head layout; returns the number of k/v heads (``None`` means MHA)."""
     n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
@@ -91,8 +98,7 @@ class Attention(nn.Module):
         """``scale`` multiplies q·kᵀ: None is 1/√head_dim (Vaswani); 1.0 switches the scaling off."""
         super().__init__()
         n_kv_heads = head_counts(d_model, n_heads, n_kv_heads)
-        if impl not in ("eager", "sdpa"):
-            raise ValueError(f"unknown attention impl {impl!r}")
+        core_fn(impl)                                                     # validates impl
         self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, d_model // n_heads
         self.kind, self.impl, self.dropout, self.scale = kind, impl, dropout, scale
         kv_width = 2 * n_kv_heads * self.head_dim

@@ -14,22 +14,13 @@ from __future__ import annotations
 import functools
 import math
 import random
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from architectures.layers.attention import eager_attention, head_counts, sdpa_attention
-
-CoreImpl = Literal["eager", "sdpa"]
-
-
-def _core(impl: CoreImpl):
-    if impl not in ("eager", "sdpa"):
-        raise ValueError(f"unknown attention impl {impl!r}")
-    return eager_attention if impl == "eager" else sdpa_attention
+from architectures.layers.attention import AttnImpl, core_fn, head_counts, sdpa_attention
 
 
 def exact_mix_macs(batch: int, t: int, n_heads: int, head_dim: int) -> int:
@@ -130,11 +121,11 @@ class WindowAttention(ProjectedAttention):
     """
 
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None, *, window: int,
-                 causal: bool = False, impl: CoreImpl = "sdpa", bias: bool = True) -> None:
+                 causal: bool = False, impl: AttnImpl = "sdpa", bias: bool = True) -> None:
         super().__init__(d_model, n_heads, n_kv_heads, bias=bias)
         if window <= 0:
             raise ValueError(f"window must be positive, got {window}")
-        self.window, self.causal, self.core = window, causal, _core(impl)
+        self.window, self.causal, self.core = window, causal, core_fn(impl)
 
     def _blocks(self, t: int) -> tuple[int, int, tuple[int, ...]]:
         block = min(self.window, t)
@@ -207,13 +198,13 @@ class BigBirdAttention(ProjectedAttention):
     """
 
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None, *, block: int,
-                 n_global: int = 1, n_random: int = 2, seed: int = 0, impl: CoreImpl = "sdpa",
+                 n_global: int = 1, n_random: int = 2, seed: int = 0, impl: AttnImpl = "sdpa",
                  bias: bool = True) -> None:
         super().__init__(d_model, n_heads, n_kv_heads, bias=bias)
         if block <= 0 or n_global < 0 or n_random < 0:
             raise ValueError(f"need block > 0, n_global >= 0, n_random >= 0; got {block}, {n_global}, {n_random}")
         self.block, self.n_global, self.n_random, self.seed = block, n_global, n_random, seed
-        self.core = _core(impl)
+        self.core = core_fn(impl)
 
     def block_mask(self, t: int) -> Tensor:
         """(nb, nb) bool: query block i may see key block j."""
@@ -262,11 +253,11 @@ class LinformerAttention(ProjectedAttention):
     projected keys through the shared core. A length T < max_seq_len uses E[:, :T]."""
 
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None, *, max_seq_len: int,
-                 proj_len: int, impl: CoreImpl = "sdpa", bias: bool = True) -> None:
+                 proj_len: int, impl: AttnImpl = "sdpa", bias: bool = True) -> None:
         super().__init__(d_model, n_heads, n_kv_heads, bias=bias)
         if proj_len <= 0 or max_seq_len <= 0:
             raise ValueError(f"proj_len and max_seq_len must be positive, got {proj_len}, {max_seq_len}")
-        self.max_seq_len, self.proj_len, self.core = max_seq_len, proj_len, _core(impl)
+        self.max_seq_len, self.proj_len, self.core = max_seq_len, proj_len, core_fn(impl)
         self.E = nn.Parameter(torch.randn(proj_len, max_seq_len) / math.sqrt(proj_len))
         self.F = nn.Parameter(torch.randn(proj_len, max_seq_len) / math.sqrt(proj_len))
 
