@@ -13,10 +13,8 @@ from harness import registry, session
 from harness.errors import BenchInputError
 from harness.executors import EXECUTORS
 from harness.plugins import load_files as load_plugin_files
-from harness.runner import RunOptions
 from harness.store import Store
 from harness.suite import list_suites, load_suite, parse_set
-from harness.timing import TimingConfig
 
 # Pipes and CI logs get a wide, fixed width so tables never fold; a terminal uses its own width.
 out = Console(width=None if sys.stdout.isatty() else 160)
@@ -122,19 +120,19 @@ def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | No
     store = Store(store_url)
     run_id, todo = session.open_run(store, suite, cases, resume=resume, quick=quick, timeout=timeout,
                                     calibrate=not no_calibrate, console=err)
-    opts = RunOptions(timing=TimingConfig.quick() if quick else TimingConfig(),
-                      timeout_s=timeout or (120.0 if quick else 600.0), debug=debug, plugins=plugin_files)
+    opts = session.run_options(quick, timeout, debug=debug, plugins=plugin_files)
     failed = session.execute(store, run_id, todo, opts, executor, len(cases), console=err)
     _render_run(store, run_id, suite.plot.get("x"))
     sys.exit(1 if failed else 0)
 
 
 def _render_run(store: Store, run_id: str, axis: str | None) -> None:
+    from reports.export import run_peak
     from reports.frames import exponents, sweep_axis
     from reports.terminal import cases_table, exponents_table
     rows = store.records(run_id)
     axis = sweep_axis(rows, axis)
-    peak = (store.get_run(run_id).get("options") or {}).get("peak")
+    peak = run_peak(store.get_run(run_id))
     out.print(cases_table(rows, axis, title=f"run {run_id}", peak=peak))
     if axis and any(r["status"] == "ok" for r in rows):
         out.print(exponents_table(exponents(rows, axis), axis))

@@ -15,6 +15,13 @@ from harness.env import fingerprint, usable_cores
 from harness.executors import make_executor
 from harness.runner import RunOptions
 from harness.store import Store
+from harness.timing import TimingConfig
+
+
+def run_options(quick: bool, timeout: float | None = None, **kw: Any) -> RunOptions:
+    """The timing and per-case timeout of a ``--quick`` or full run (timeout default 120 s / 600 s)."""
+    return RunOptions(timing=TimingConfig.quick() if quick else TimingConfig(),
+                      timeout_s=timeout or (120.0 if quick else 600.0), **kw)
 
 
 def open_run(store: Store, suite: Any, cases: list, *, resume: bool, quick: bool, timeout: float | None,

@@ -19,6 +19,7 @@ from markupsafe import Markup
 from harness.errors import BenchInputError
 from harness.stats import Fit, summarize
 from harness.suite import find_suite
+from reports.export import run_peak
 from reports.frames import EXPONENT_METRICS, exponents, value
 from reports.plots import figure_svg, resolve_plot_spec, roofline_data, roofline_figure, suite_figure
 
@@ -111,7 +112,7 @@ def _run_context(index: int, run: Run, rows: Rows) -> dict[str, Any]:
     if rows:
         fig = suite_figure(rows, plot)
         svg = Markup(figure_svg(fig))  # matplotlib's SVG; its text is XML-escaped by matplotlib
-    peak = (run.get("options") or {}).get("peak") or {}
+    peak = run_peak(run)
     roofline = None
     if rows:
         data = roofline_data(rows, peak)

@@ -38,10 +38,8 @@ class Context:
     # -- suites ----------------------------------------------------------------------------
     def suite(self, name: str, sets: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """The run of built-in suite ``name`` (with ``sets`` pinned, as ``--set``) and its rows."""
-        from harness.runner import RunOptions
-        from harness.session import execute, open_run
+        from harness.session import execute, open_run, run_options
         from harness.suite import load_suite
-        from harness.timing import TimingConfig
         sets = dict(sets or {})
         sets.setdefault("threads", self.threads)
         key = (name, tuple(sorted(sets.items())))
@@ -56,9 +54,7 @@ class Context:
             run_id, todo = open_run(self.store, suite, cases, resume=False, quick=self.quick, timeout=None,
                                     calibrate=self.calibrate, console=self.console,
                                     extra_options={"sets": sets, "by": "bench claims"})
-            opts = RunOptions(timing=TimingConfig.quick() if self.quick else TimingConfig(),
-                              timeout_s=120.0 if self.quick else 600.0)
-            execute(self.store, run_id, todo, opts, self.executor, len(cases), self.console)
+            execute(self.store, run_id, todo, run_options(self.quick), self.executor, len(cases), self.console)
             run = self.store.get_run(run_id)
         else:
             self.console.print(f"[bold]claims[/]: reusing run {run['id']} of {name}")
