@@ -15,7 +15,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
+
+from architectures.layers.attention import causal_mask
 
 from harness.claims.experiments.norm_placement import (
     Task, build, finite_or_none, make_batch, per_seed_results, result_header, task_loss, train)
@@ -125,11 +127,9 @@ def qk_grad_norms(model: torch.nn.Module) -> tuple[float, float]:
     return math.sqrt(gq), math.sqrt(gk)
 
 
-def init_probe(setup: Setup, scale: float | None, seed: int) -> dict[str, float]:
-    """At init, on one training batch: q/k gradient norms, and the first layer's attention logits'
-    std and saturated-row share (causal rows with ≥ 2 keys)."""
-    model = build(setup.task, seed, d_model=setup.d_model, n_heads=setup.n_heads,
-                  n_layers=setup.n_layers, attn_scale=scale)
+def init_probe(model: nn.Module, setup: Setup, scale: float | None, seed: int) -> dict[str, float]:
+    """At init (``model`` untrained), on one training batch: q/k gradient norms, and the first layer's
+    attention logits' std and saturated-row share (causal rows with ≥ 2 keys)."""
     seen: dict[str, Tensor] = {}
     attn = model.stack.blocks[0].attn
     hook = attn.qkv.register_forward_hook(lambda m, a, o: seen.__setitem__("qkv", o.detach()))
@@ -144,7 +144,7 @@ def init_probe(setup: Setup, scale: float | None, seed: int) -> dict[str, float]
     q = q.view(b, t, h, hd).transpose(1, 2)
     k = k.view(b, t, attn.n_kv_heads, hd).transpose(1, 2).repeat_interleave(h // attn.n_kv_heads, 1)
     s = (q @ k.transpose(-2, -1)) * (1 / math.sqrt(hd) if scale is None else scale)   # (B, H, T, T)
-    keep = torch.ones(t, t, dtype=torch.bool).tril()
+    keep = causal_mask(t, t, s.device)
     p = s.masked_fill(~keep, float("-inf")).softmax(-1)[:, :, 1:]                    # rows with ≥ 2 keys
     return dict(grad_q=gq, grad_k=gk, logit_std=float(s[..., keep].std()),
                 saturated=float((p.max(-1).values > setup.saturation).float().mean()))
@@ -155,11 +155,11 @@ def training(setup: Setup, seeds: tuple[int, ...]) -> dict[str, Any]:
     held_out = make_batch(task, setup.held_out, torch.Generator().manual_seed(999_999))
     res: dict[str, Any] = {}
     for name, scale in VARIANTS.items():
-        probes = [init_probe(setup, scale, s) for s in seeds]
-        runs = []
+        probes, runs = [], []
         for seed in seeds:
             model = build(task, seed, d_model=setup.d_model, n_heads=setup.n_heads,
                           n_layers=setup.n_layers, attn_scale=scale)
+            probes.append(init_probe(model, setup, scale, seed))          # train() zeroes its grads
             runs.append(train(model, task, steps=setup.steps, batch=setup.batch, lr=setup.lr,
                               warmup=round(setup.warmup * setup.steps), seed=seed, held_out=held_out,
                               probe_at=setup.probe_at))

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 
+from architectures.transformer_cost import decoder_params, kv_cache_bytes
 from harness.claims.experiments.lm_train import LMSetup, build_lm, evaluate, train_lm
-from harness.claims.experiments.text_data import load_corpus
+from harness.claims.experiments.text_data import VOCAB, load_corpus
 from harness.flops import count_params
+from harness.registry import resolve
 
 DATA = ("Byte-level language modelling of CPython's own standard-library source (the top-level *.py "
         "files in sorted order, first 3 MB: ~2.65M training tokens from 95 files, ~0.35M validation "
@@ -46,16 +49,21 @@ def variant_name(kv: int, n_heads: int) -> str:
 
 
 def arch(s: Setup, kv: int, d_ff: int | None = None) -> dict:
-    return s.arch(n_kv_heads=None if kv == s.n_heads else kv, d_ff=d_ff or s.d_ff or 4 * s.d_model)
+    return s.arch(n_kv_heads=kv, **({"d_ff": d_ff} if d_ff else {}))
+
+
+def _config(s: Setup, kv: int, d_ff: int | None = None) -> Any:
+    return resolve("decoder-tiny", vocab_size=VOCAB, **arch(s, kv, d_ff)).config
 
 
 def count(s: Setup, kv: int, d_ff: int | None = None) -> int:
-    return count_params(build_lm(0, **arch(s, kv, d_ff)))
+    """Parameters of the variant (the exact analytic count; tests check it against the built model)."""
+    return decoder_params(_config(s, kv, d_ff))
 
 
 def matched_d_ff(s: Setup, kv: int) -> int:
     """The FFN width that gives ``kv`` K/V heads the MHA parameter count (params are linear in d_ff)."""
-    base_ff = s.d_ff or 4 * s.d_model
+    base_ff = _config(s, kv).ff_dim
     target = count(s, s.n_heads, base_ff)
     p0, p1 = count(s, kv, base_ff), count(s, kv, base_ff + 1)
     return base_ff + round((target - p0) / (p1 - p0))
@@ -63,7 +71,7 @@ def matched_d_ff(s: Setup, kv: int) -> int:
 
 def kv_bytes_per_token(s: Setup, kv: int, dtype_bytes: int) -> int:
     """2 (K and V) · layers · kv_heads · d_head · bytes."""
-    return 2 * s.n_layers * kv * (s.d_model // s.n_heads) * dtype_bytes
+    return kv_cache_bytes(_config(s, kv), 1, 1, dtype_bytes)
 
 
 @torch.no_grad()
@@ -87,7 +95,7 @@ def run(quick: bool = True, seeds: tuple[int, ...] = (0, 1, 2), setup: Setup | N
     names = [variant_name(kv, s.n_heads) for kv in s.kv_heads]
     variants: dict[str, dict] = {}
     for name, kv in zip(names, s.kv_heads):
-        d_ff = (s.d_ff or 4 * s.d_model) if kv == s.n_heads else matched_d_ff(s, kv)
+        d_ff = matched_d_ff(s, kv)                                     # MHA: the base width
         model = build_lm(0, **arch(s, kv, d_ff))
         probe = torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(0))
         variants[name] = {

@@ -1,6 +1,6 @@
 """One small language-model training loop and its evaluation helpers (CPU-sized).
 
-:func:`train_lm`: AdamW, linear warm-up then cosine decay to 10% (or constant), gradient clipping,
+:func:`train_lm`: AdamW, linear warm-up then cosine decay to 10%, gradient clipping,
 random corpus windows from a seeded generator; returns the loss curve. :func:`eval_windows` gives a
 fixed set of validation windows (its own seed, so every model sees the same ones), and
 :func:`position_losses` the per-position next-token loss and accuracy over them.
@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from harness.claims.experiments.optim import adamw
 from harness.claims.experiments.text_data import VOCAB, sample_batch, sample_windows
 from harness.registry import resolve
 
@@ -36,7 +37,6 @@ class LMSetup:
     batch: int = 32
     lr: float = 3e-3
     warmup: int = 30
-    schedule: str = "cosine"       # or "constant" (after warm-up)
     clip: float = 1.0
     weight_decay: float = 0.01
     eval_windows: int = 128
@@ -59,29 +59,22 @@ def build_lm(seed: int, **overrides: Any) -> nn.Module:
 def lr_at(step: int, s: LMSetup) -> float:
     if step < s.warmup:
         return s.lr * (step + 1) / s.warmup
-    if s.schedule == "constant":
-        return s.lr
     frac = (step - s.warmup) / max(1, s.steps - s.warmup)
     return s.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
 
 
-def train_lm(model: nn.Module, data: Tensor, s: LMSetup, seed: int, seq_len: int | None = None,
-             log_every: int = 10) -> dict:
+def train_lm(model: nn.Module, data: Tensor, s: LMSetup, seed: int, log_every: int = 10) -> dict:
     """Train next-token prediction on random windows of ``data``; returns ``losses`` (the mean over
     each ``log_every`` steps), ``final_loss`` (mean of the last 10% of steps), tokens and seconds."""
-    seq_len = seq_len or s.seq_len
     g = torch.Generator().manual_seed(10_000 + seed)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    rest = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": s.weight_decay},
-                             {"params": rest, "weight_decay": 0.0}], lr=s.lr, betas=(0.9, 0.95))
+    opt = adamw(model, s.lr, s.weight_decay, betas=(0.9, 0.95))
     model.train()
     t0 = time.perf_counter()
     per_step: list[float] = []
     for step in range(s.steps):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, s)
-        x, y = sample_batch(data, s.batch, seq_len, g)
+        x, y = sample_batch(data, s.batch, s.seq_len, g)
         logits = model(x)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         opt.zero_grad(set_to_none=True)
@@ -94,7 +87,7 @@ def train_lm(model: nn.Module, data: Tensor, s: LMSetup, seed: int, seq_len: int
              for i in range(0, len(per_step), log_every)]
     tail = per_step[-max(1, len(per_step) // 10):]
     return {"losses": curve, "log_every": log_every, "final_loss": sum(tail) / len(tail),
-            "tokens": s.steps * s.batch * seq_len, "seconds": time.perf_counter() - t0}
+            "tokens": s.steps * s.batch * s.seq_len, "seconds": time.perf_counter() - t0}
 
 
 def eval_windows(data: Tensor, length: int, n: int, seed: int = EVAL_SEED) -> Tensor:

@@ -22,8 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from harness.claims.experiments.lm_train import build_lm
+from harness.claims.experiments.optim import lr_at
 from harness.flops import count_params
-from harness.registry import resolve
 
 
 # ------------------------------------------------------------------------------------------------
@@ -79,9 +80,7 @@ def task_loss(model: nn.Module, tokens: Tensor, task: Task) -> tuple[Tensor, Ten
 
 def build(task: Task, seed: int, **cfg: Any) -> nn.Module:
     """A decoder from the registry (``decoder-tiny`` with ``cfg`` overrides), initialised with ``seed``."""
-    spec = resolve("decoder-tiny", vocab_size=task.vocab, max_seq_len=max(64, task.seq_len), **cfg)
-    torch.manual_seed(seed)
-    return spec.build(spec.config)
+    return build_lm(seed, vocab_size=task.vocab, max_seq_len=max(64, task.seq_len), **cfg)
 
 
 @torch.no_grad()
@@ -91,13 +90,6 @@ def evaluate(model: nn.Module, held_out: Tensor, task: Task) -> tuple[float, flo
     loss, acc = task_loss(model, held_out, task)
     model.train(was)
     return float(loss), float(acc)
-
-
-def lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
-    """Linear warm-up over ``warmup`` steps, then cosine decay to 0 at ``steps``."""
-    if step < warmup:
-        return lr * (step + 1) / warmup
-    return lr * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
 
 
 def train(model: nn.Module, task: Task, *, steps: int, batch: int, lr: float, warmup: int, seed: int,
@@ -140,7 +132,7 @@ def finite_or_none(x: float) -> float | None:
 
 def result_header(claim: str, setup: Any, seeds: tuple[int, ...]) -> dict[str, Any]:
     """The fields every tiny-task experiment's result starts with: claim, setup, seeds, trivial loss."""
-    return {"claim": claim, "setup": {k: (asdict(v) if k == "task" else v) for k, v in setup.__dict__.items()},
+    return {"claim": claim, "setup": asdict(setup),
             "seeds": list(seeds), "trivial_loss": setup.task.trivial_loss}
 
 

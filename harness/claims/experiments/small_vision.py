@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from harness.claims.experiments.optim import adamw, lr_at
 from harness.flops import count_model, count_params
 from harness.registry import resolve
 from harness.spec import Workload
@@ -241,14 +242,9 @@ def train_eval(spec, x_train: Tensor, y_train: Tensor, x_test: Tensor, y_test: T
     g = torch.Generator().manual_seed(1_000_003 * (seed + 1))
     n = len(y_train)
     steps = setup.steps_for(n)
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": setup.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=setup.lr)
+    opt = adamw(model, setup.lr, setup.weight_decay)
     warm = max(1, int(setup.warmup_frac * steps))
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda t: (t + 1) / warm if t < warm
-        else 0.5 * (1 + math.cos(math.pi * (t - warm) / max(1, steps - warm))))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda t: lr_at(t, steps, 1.0, warm))   # × setup.lr
     bs = min(setup.batch, n)
     perm, pos = torch.randperm(n, generator=g), 0
     model.train()

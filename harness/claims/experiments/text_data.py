@@ -5,7 +5,7 @@ read until ``max_bytes`` (default 3 MB), as byte-level tokens: ASCII bytes are t
 (vocab 128); the rare non-ASCII byte becomes 0x7F (DEL, otherwise unused in source).
 The split is by file: every ``val_every``-th file (sorted order) is validation, the rest training,
 so no validation window overlaps a training file. Deterministic for one Python installation
-(:func:`corpus_info` records the version and a hash). Loading takes well under a second.
+(:meth:`Corpus.info` records the version and a hash). Loading takes well under a second.
 
 Batches are random windows of length T+1 (inputs are the first T, targets the last T) drawn with
 a ``torch.Generator``. :func:`recall_task` is a synthetic associative-recall task, generated in code.
@@ -54,10 +54,6 @@ def encode(raw: bytes) -> Tensor:
     """Bytes -> token ids in [0, 128): non-ASCII bytes map to 127."""
     t = torch.frombuffer(bytearray(raw), dtype=torch.uint8).to(torch.int64)
     return t.clamp_(max=VOCAB - 1)
-
-
-def decode(tokens: Tensor) -> str:
-    return bytes(int(t) for t in tokens.flatten()).decode("ascii", errors="replace")
 
 
 @functools.lru_cache(maxsize=4)
