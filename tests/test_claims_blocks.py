@@ -7,7 +7,7 @@ import torch
 
 from harness.claims.catalog import load_catalog
 from harness.claims.model import Evidence, Figure
-from harness.claims.probes import blocks
+from harness.claims.probes import analytic_params, blocks
 from harness.claims.verdicts import decide
 from harness.registry import resolve
 from reports.claims_view import to_record
@@ -43,7 +43,7 @@ def test_named_sizes_analytic_count_equals_the_built_module(key):
     with torch.device("meta"):
         model = spec.build(spec.config)
     built = sum(p.numel() for p in model.parameters())
-    assert built == blocks._params(preset, **over)
+    assert built == analytic_params(preset, **over)
 
 
 def test_layer_params_match_the_formulas(evidence):

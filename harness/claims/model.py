@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
-VERDICTS = ("supported", "partly supported", "contradicted", "inconclusive")
-OUTCOMES = ("pass", "fail", "unsure", "unavailable")
+VerdictKind = Literal["supported", "partly supported", "contradicted", "inconclusive"]
+RuleStatus = Literal["pass", "fail", "unsure", "unavailable"]
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ class Claim:
 @dataclass(frozen=True)
 class Outcome:
     rule: Rule
-    status: str                            # one of OUTCOMES
+    status: RuleStatus
     detail: str                            # e.g. "1.93 [1.88, 1.98] within [1.6, 2.2]"
     figure: Figure | None = None
 
@@ -123,14 +123,14 @@ class Chart:
     series: dict[str, list[tuple[Any, float, float | None, float | None]]]
     x_log: bool = False
     y_log: bool = False
-    kind: str = "line"                     # line | bar
+    kind: Literal["line", "bar"] = "line"
     hlines: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
 class Verdict:
     claim: Claim
-    verdict: str                           # one of VERDICTS
+    verdict: VerdictKind
     reason: str
     outcomes: list[Outcome]
     evidence: Evidence

@@ -7,7 +7,7 @@ import math
 from typing import Any, Callable
 
 from harness.claims.evidence import Context
-from harness.claims.model import Evidence, Figure
+from harness.claims.model import Chart, Evidence, Figure, mean_ci
 from harness.stats import fit_loglog
 
 ProbeFn = Callable[[Context], Evidence]
@@ -33,9 +33,8 @@ def load_all() -> dict[str, tuple[ProbeFn, tuple[str, ...]]]:
 # -- helpers over stored rows -------------------------------------------------------------
 def field(row: dict[str, Any], key: str) -> Any:
     """A case's own column (arch, line), else its workload field, else config field, else None."""
-    if key in ("arch", "line"):
-        return row[key]
-    return row["workload"].get(key, row["config"].get(key))
+    from reports.frames import value
+    return row[key] if key in ("arch", "line") else value(row, key)
 
 
 def select(rows: list[dict[str, Any]], **conds: Any) -> list[dict[str, Any]]:
@@ -88,3 +87,26 @@ def series(rows: list[dict[str, Any]], x: str, metric: str, scale: float = 1.0
         if r["status"] == "ok" and metric in r["metrics"]:
             out.setdefault(r["line"], []).append((field(r, x), r["metrics"][metric] * scale, None, None))
     return {k: sorted(v, key=lambda p: p[0]) for k, v in out.items()}
+
+
+def mean_chart(series: dict[str, dict[Any, list[float | None]]], title: str, x: str, y: str,
+               x_log: bool = False, y_log: bool = False) -> Chart:
+    """A chart of per-seed values: per line, per x, the mean with its 95% interval (x with no finite value
+    left out)."""
+    out = {}
+    for name, by_x in series.items():
+        pts = []
+        for k, vals in sorted(by_x.items(), key=lambda kv: float(kv[0])):
+            f = mean_ci(vals or [])
+            if f.value == f.value:
+                pts.append((float(k), f.value, f.lo, f.hi))
+        out[name] = pts
+    return Chart(title, x, y, out, x_log=x_log, y_log=y_log)
+
+
+def analytic_params(preset: str, **overrides: Any) -> int:
+    """A preset's exact parameter count from its architecture's cost function (no model is built)."""
+    from harness.registry import resolve
+    from harness.spec import Workload
+    spec = resolve(preset, **overrides)
+    return int(spec.cost(spec.config, Workload(seq_len=1))["params"])

@@ -12,10 +12,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from architectures.layers.attention import eager_attention
 from harness.claims.evidence import Context
 from harness.claims.model import Chart, Evidence, Figure
-from harness.claims.probes import median_ratio, probe
+from harness.claims.probes import analytic_params, median_ratio, probe
 from harness.flops import count_params
 from harness.registry import resolve
-from harness.spec import Workload
 
 # The configurations 000 Part 2 lists, completed with the layer counts, vocabularies and FFN widths of
 # their papers (the document gives only d_model and heads): preset + overrides, and the size in the name.
@@ -30,22 +29,17 @@ NAMED = {
 }
 
 
-def _params(preset: str, **overrides) -> int:
-    spec = resolve(preset, **overrides)
-    return int(spec.cost(spec.config, Workload(seq_len=1))["params"])
-
-
 @probe("named_sizes", figures=tuple(f"params_{k}" for k in NAMED) + ("mha_over_gqa_params_70b",))
 def named_sizes(ctx: Context | None) -> Evidence:
     """Exact parameter counts (the architectures' analytic cost, checked against the built modules by
     the registry tests) of the configurations 000 names."""
     ev = Evidence()
     for key, (preset, over, named, what) in NAMED.items():
-        n = _params(preset, **over)
+        n = analytic_params(preset, **over)
         ev.figures[f"params_{key}"] = Figure(float(n), unit="params", note=f"{what}; preset {preset}")
     preset, over, _, _ = NAMED["llama2_70b"]
-    mha = _params(preset, **{**over, "n_kv_heads": 64})
-    ev.figures["mha_over_gqa_params_70b"] = Figure(mha / _params(preset, **over), unit="×",
+    mha = analytic_params(preset, **{**over, "n_kv_heads": 64})
+    ev.figures["mha_over_gqa_params_70b"] = Figure(mha / analytic_params(preset, **over), unit="×",
                                                    note=f"the 70B shape with 64 K/V heads: {mha:,} parameters")
     ev.notes.append("encoder-base has no token-type embeddings, embedding LayerNorm or pooler (BertModel "
                     "has 109,482,240); gpt2-small is GPT-2 as released (124,439,808: the paper's 117M was "
@@ -183,7 +177,7 @@ def patch_embedding(ctx: Context | None) -> Evidence:
     """Our ViT's Conv2d(p×p, stride p) patch embedding against a Linear on flattened patches with the
     same weights; and whether 000's unfold/view code gives one patch per row (an image whose pixels hold
     their patch's id)."""
-    spec = resolve("vit-b16")
+    spec = resolve("vit-b16", n_layers=1)                   # only the patch embedding is used
     torch.manual_seed(0)
     model = spec.build(spec.config)
     conv = model.patch_embed                                # Conv2d(3, 768, 16, stride 16)

@@ -6,25 +6,13 @@ from typing import Any
 
 from harness.claims.evidence import Context
 from harness.claims.model import Chart, Evidence, Figure, mean_ci
-from harness.claims.probes import probe
+from harness.claims.probes import mean_chart, probe
 
 
 def _note(res: dict[str, Any]) -> str:
     scale = res.get("scale", {})
     wall = scale.get("wall_seconds") or scale.get("wall_s") or res.get("wall_s")
     return (res.get("data_description", "") + (f" (trained in {wall:,.0f} s)" if wall else "")).strip()
-
-
-def _chart_from(series: dict[str, dict[str, list[float]]], title: str, x: str, y: str, x_log: bool = False) -> Chart:
-    out = {}
-    for name, by_x in series.items():
-        pts = []
-        for k, vals in sorted(by_x.items(), key=lambda kv: float(kv[0])):
-            f = mean_ci([v for v in vals if v is not None])
-            if f.value == f.value:
-                pts.append((float(k), f.value, f.lo, f.hi))
-        out[name] = pts
-    return Chart(title, x, y, out, x_log=x_log)
 
 
 def _per_seed(a: list, b: list, fn=lambda x, y: x - y) -> list[float]:
@@ -59,7 +47,7 @@ def small_data(ctx: Context) -> Evidence:
                                 f"{mean_ci(od['gap'][str(osizes[-1])]).text()}")
     ev.unavailable["imagenet_scale"] = ("needs ImageNet/JFT-scale data and GPU training: the largest set "
                                         "here is a few thousand small images")
-    ev.chart = _chart_from(series, "test accuracy vs training images", "training images", "accuracy", x_log=True)
+    ev.chart = mean_chart(series, "test accuracy vs training images", "training images", "accuracy", x_log=True)
     return ev
 
 
@@ -123,10 +111,9 @@ def norm_placement(ctx: Context) -> Evidence:
         ev.figures["last_grad_ratio_deep"] = mean_ci(_per_seed(g["post"]["last_layer"], g["pre"]["last_layer"],
                                                                lambda a, b: a / b), "×",
                                                      f"last layer's gradient norm at init, post / pre, depth {deep}")
-        ev.chart = Chart("last layer's gradient norm at initialisation", "depth", "‖∇‖ (mean over seeds)", {
-            p: [(float(d), mean_ci(grads[d][p]["last_layer"]).value, mean_ci(grads[d][p]["last_layer"]).lo,
-                 mean_ci(grads[d][p]["last_layer"]).hi) for d in sorted(grads, key=float)]
-            for p in ("pre", "post")}, x_log=True, y_log=True)
+        ev.chart = mean_chart({p: {d: grads[d][p]["last_layer"] for d in grads} for p in ("pre", "post")},
+                              "last layer's gradient norm at initialisation", "depth", "‖∇‖ (mean over seeds)",
+                              x_log=True, y_log=True)
     return ev
 
 

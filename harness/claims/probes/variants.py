@@ -6,7 +6,7 @@ import torch
 
 from harness.claims.evidence import Context
 from harness.claims.model import Chart, Evidence, Figure
-from harness.claims.probes import field, median_ratio, probe, select, series
+from harness.claims.probes import field, mean_chart, median_ratio, probe, select, series
 
 
 def _cache_bytes(n_heads: int, n_kv_heads: int, n_tokens: int = 16) -> tuple[int, int]:
@@ -80,13 +80,15 @@ def gqa(ctx: Context) -> Evidence:
 @probe("kv_70b", figures=("doc_over_mha_70b", "doc_over_gqa_70b"))
 def kv_70b(ctx: Context) -> Evidence:
     """LLaMA-2 70B: 80 layers, d_model 8192, 64 query heads of 128, 8 KV heads (GQA). Values per token."""
-    from architectures.transformer import DecoderConfig
     from architectures.transformer_cost import kv_cache_bytes
+    from harness.claims.probes.blocks import NAMED
+    from harness.registry import resolve
     doc = 8192 * 64 * 2
     ev = Evidence()
     values = {}
+    preset, over, _, _ = NAMED["llama2_70b"]
     for name, kv in (("MHA", 64), ("GQA-8", 8)):
-        cfg = DecoderConfig(vocab_size=32000, d_model=8192, n_layers=80, n_heads=64, n_kv_heads=kv)
+        cfg = resolve(preset, **{**over, "n_kv_heads": kv}).config
         values[name] = kv_cache_bytes(cfg, 1, 1, 1)            # 1 byte per value → count of values
     ev.figures["doc_over_mha_70b"] = Figure(doc / values["MHA"], unit="×",
                                             note=f"document {doc:,} vs MHA 70B {values['MHA']:,} values/token")
@@ -152,26 +154,21 @@ def _ratios(res: dict, scheme: str, key: str = "ratio_beyond_L_vs_1x") -> dict[s
 
 def _extrapolation(ctx: Context, ev: Evidence, scheme: str) -> None:
     from harness.claims.model import mean_ci
-    res = ctx.experiment("positions")
+    res = _positions(ctx, ev)
     for k, vals in _ratios(res, scheme).items():
         if k in ("2", "4", "8") and vals and all(v is not None for v in vals):
             ev.figures[f"loss_ratio_{k}x"] = mean_ci(vals, "×", f"{scheme}: loss past L at {k}×L / loss at 1×L")
-    ev.chart = _positions_chart(res)
+
+
+def _positions(ctx: Context, ev: Evidence) -> dict:
+    """The positions experiment's result; puts its chart (every scheme's loss ratio vs length) and its data
+    description on ``ev``."""
+    res = ctx.experiment("positions")
+    ev.chart = mean_chart({s: _ratios(res, s) for s in res.get("schemes", {})},
+                          "loss past the training length L / loss at 1×L", "evaluation length / L", "loss ratio",
+                          x_log=True, y_log=True)
     ev.notes.append(res.get("data_description", ""))
-
-
-def _positions_chart(res: dict) -> Chart:
-    from harness.claims.model import mean_ci
-    out = {}
-    for scheme in res.get("schemes", {}):
-        pts = []
-        for k, vals in sorted(_ratios(res, scheme).items(), key=lambda kv: float(kv[0])):
-            f = mean_ci([v for v in (vals or []) if v is not None])
-            if f.value == f.value:
-                pts.append((float(k), f.value, f.lo, f.hi))
-        out[scheme] = pts
-    return Chart("loss past the training length L / loss at 1×L", "evaluation length / L", "loss ratio",
-                 out, x_log=True, y_log=True)
+    return res
 
 
 @probe("learned", figures=("clear_error_past_max", "loss_past_max_unavailable"))
@@ -187,14 +184,13 @@ def learned(ctx: Context) -> Evidence:
     ev = Evidence()
     ev.figures["clear_error_past_max"] = Figure("max_seq_len" in message or "max" in message.lower(),
                                                 note=message or "no error raised")
-    res = ctx.experiment("positions")
+    res = _positions(ctx, ev)
     by = res.get("schemes", {}).get("learned", {}).get("by_multiple", {})
     beyond = [v for k, m in by.items() if float(k) > 1 for v in (m.get("loss") or [None])]
     ev.figures["loss_past_max_unavailable"] = Figure(all(v is None or v != v for v in beyond),
                                                      note="learned-position LM evaluated past its table: "
                                                           + ("no loss (error recorded)" if all(
                                                               v is None or v != v for v in beyond) else "a loss"))
-    ev.chart = _positions_chart(res)
     return ev
 
 
@@ -203,7 +199,7 @@ def alibi_rope(ctx: Context) -> Evidence:
     from harness.claims.model import mean_ci
     from architectures.layers.positions import make_positions
     ev = Evidence()
-    res = ctx.experiment("positions")
+    res = _positions(ctx, ev)
     get = lambda s: list(_ratios(res, s).get("4") or [])  # noqa: E731
     alibi = get("alibi")
     ev.figures["alibi_ratio_4x"] = mean_ci(alibi, "×", "ALiBi: loss at 4×L / 1×L")
@@ -225,8 +221,6 @@ def alibi_rope(ctx: Context) -> Evidence:
             return (qa * kb).sum(-1)
         worst = max(worst, float((score(m, n) - score(m + s, n + s)).abs().max()))
     ev.figures["rope_relative_error"] = Figure(worst, unit="max |Δ|", note="q·k at (m, n) vs (m+s, n+s)")
-    ev.chart = _positions_chart(res)
-    ev.notes.append(res.get("data", ""))
     return ev
 
 

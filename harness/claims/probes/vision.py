@@ -102,12 +102,16 @@ def vit_vs_effnet(ctx: Context) -> Evidence:
 
 
 def _rate(r: dict[str, Any] | None) -> float | None:
-    return None if r is None else r["metrics"]["flops"] / (r["metrics"]["median_ms"] / 1e3)
+    """Achieved FLOP/s (counted flops / median time), as the reports compute it."""
+    from reports.frames import rates
+    return None if r is None else rates(r).get("achieved_flops_per_s")
 
 
 @probe("matmul_friendly", figures=("vit_over_resnet_rate", "swin_over_resnet_latency", "vit_peak_share",
                                    "vit_over_resnet_rate_batch", "gpu_vit_over_resnet_rate"))
 def matmul_friendly(ctx: Context) -> Evidence:
+    from reports.export import run_peak
+    from reports.frames import peak_flops
     ev, by = _batch1(ctx)
     vit, res, swin = by.get("vit-b16"), by.get("resnet50"), by.get("swin-t")
     if vit and res:
@@ -121,7 +125,7 @@ def matmul_friendly(ctx: Context) -> Evidence:
     ev.unavailable["gpu_vit_over_resnet_rate"] = ("needs a GPU: the document means accelerators (GPU/TPU matmul "
                                                   "units); this run is on the CPU")
     run = ctx.suite("vit_vs_cnn")[0]
-    peak = ((run["options"] or {}).get("peak") or {}).get("cpu", {}).get("matmul_flops_per_s", {}).get("fp32")
+    peak = peak_flops(run_peak(run), "cpu", "fp32")
     if vit and peak:
         ev.figures["vit_peak_share"] = Figure(_rate(vit) / peak, unit="of peak",
                                               note=f"measured fp32 matmul peak {peak / 1e9:,.0f} GFLOP/s")
