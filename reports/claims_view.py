@@ -80,16 +80,20 @@ def claims_document(verdicts: list[Verdict], env: dict[str, Any], context: dict[
     return {"kind": "bench-claims", "context": context, "env": env, "claims": [to_record(v) for v in verdicts]}
 
 
-def claims_section(doc: dict[str, Any], heading: int) -> dict[str, Any]:
-    """Template variables of the claims section (_claims.html.j2) from a claims document."""
-    for key in ("claims", "context", "env"):
-        if key not in doc:
-            raise ValueError(f"not a bench claims record (no {key!r})")
+def check_document(doc: Any) -> None:
+    """ValueError unless ``doc`` is a claims document of this version (what :func:`claims_document` writes)."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("claims"), list) or not {"context", "env"} <= set(doc):
+        raise ValueError("is not a claims record written by `bench claims`")
     for r in doc["claims"]:
+        r = r if isinstance(r, dict) else {}
         missing = RECORD_KEYS - set(r)
         if missing:
-            raise ValueError(f"not a bench claims record of this version ({r.get('id', '?')} lacks "
+            raise ValueError(f"is not a claims record of this version ({r.get('id', '?')} lacks "
                              f"{', '.join(sorted(missing))}); run bench claims again")
+
+
+def claims_section(doc: dict[str, Any], heading: int) -> dict[str, Any]:
+    """Template variables of the claims section (_claims.html.j2) from a checked claims document."""
     records = [dict(r, svg=Markup(chart_svg(Chart(**r["chart"]) if r["chart"] else None))) for r in doc["claims"]]
     sections: dict[str, list[dict[str, Any]]] = {}
     for r in records:

@@ -19,20 +19,19 @@ def peak_flops(peak: dict[str, Any] | None, device: str, dtype: str) -> float | 
     ``peak`` maps a device string (as the cases name it: ``cpu``, ``cuda``, ``cuda:1``) to
     :func:`harness.calibrate.calibrate`'s result.
     """
-    if not peak:
-        return None
-    dev = peak.get(device) or peak.get(device.split(":")[0])
-    value_ = (dev or {}).get("matmul_flops_per_s", {}).get(dtype)
+    value_ = _device_peak(peak, device).get("matmul_flops_per_s", {}).get(dtype)
     return float(value_) if value_ else None
 
 
 def peak_bandwidth(peak: dict[str, Any] | None, device: str) -> float | None:
     """The measured copy bandwidth (bytes/s, read + written) on ``device`` from ``options["peak"]`` (None if absent)."""
-    if not peak:
-        return None
-    dev = peak.get(device) or peak.get(device.split(":")[0])
-    value_ = (dev or {}).get("copy_bytes_per_s")
+    value_ = _device_peak(peak, device).get("copy_bytes_per_s")
     return float(value_) if value_ else None
+
+
+def _device_peak(peak: dict[str, Any] | None, device: str) -> dict[str, Any]:
+    """``device``'s entry of a run's peak (``cuda:1`` falls back to ``cuda``); {} if absent."""
+    return (peak or {}).get(device) or (peak or {}).get(device.split(":")[0]) or {}
 
 
 def roofline_point(row: dict[str, Any]) -> tuple[float, float] | None:

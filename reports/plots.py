@@ -188,15 +188,17 @@ def roofline_data(rows: list[dict[str, Any]], peak: dict[str, Any] | None) -> di
             "n_points": sum(len(v) for v in points.values()), "roofs": roofs}
 
 
-def roofline_figure(rows: list[dict[str, Any]], peak: dict[str, Any] | None) -> Figure:
+def roofline_figure(rows: list[dict[str, Any]], peak: dict[str, Any] | None,
+                    data: dict[str, Any] | None = None) -> Figure:
     """Log-log roofline of one run: x = arithmetic intensity (counted ``flops`` / ``bytes_moved``,
     FLOP/byte), y = achieved FLOP/s (``flops`` / median time), one marker per measured case coloured
     by suite line; the machine's measured roofs from ``peak`` (a run's ``options["peak"]``): the
     matmul peak of the cases' dtype (horizontal, SVG id ``roof-compute-<dtype>``), the copy bandwidth
     slope ``y = bandwidth · x`` (``roof-memory-<dtype>``) and their ridge point (``ridge-<dtype>``).
     Ok cases without the metrics are left out and counted in a note; never raises on missing data.
+    ``data``: :func:`roofline_data` of the same rows and peak, when the caller already has it.
     """
-    data = roofline_data(rows, peak)
+    data = data or roofline_data(rows, peak)
     fig = Figure(figsize=(9.5, 4.8), layout="constrained")
     ax = fig.add_subplot()
     xs_all = [p[1] for pts in data["points"].values() for p in pts]

@@ -64,6 +64,9 @@ def read_claims(path: str) -> dict:
         raise BenchInputError(f"cannot read {path}: {exc.strerror}", where="--claims") from None
     except ValueError as exc:
         raise BenchInputError(f"{path} is not JSON ({exc})", where="--claims") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("claims"), list) or "context" not in doc:
-        raise BenchInputError(f"{path} is not a claims record written by `bench claims`", where="--claims")
+    from reports.claims_view import check_document
+    try:
+        check_document(doc)
+    except ValueError as exc:
+        raise BenchInputError(f"{path} {exc}", where="--claims") from None
     return doc

@@ -168,9 +168,12 @@ def test_bench_report_claims_section_and_its_errors(tmp_path):
     bad_json.write_text("{not json")
     not_claims = tmp_path / "other.json"
     not_claims.write_text('{"runs": []}')
+    old_version = tmp_path / "old.json"
+    old_version.write_text('{"claims": [{"id": "C20", "verdict": "supported"}], "context": {}, "env": {}}')
     for args, message in ((("--claims", str(tmp_path / "missing.json")), "cannot read"),
                           (("--claims", str(bad_json)), "not JSON"),
                           (("--claims", str(not_claims)), "not a claims record"),
+                          (("--claims", str(old_version)), "C20 lacks"),
                           ((), "at least one RUN")):
         r = invoke("report", *args, "-o", str(report))
         assert r.exit_code == 2 and message in r.stderr, (args, r.stderr)
