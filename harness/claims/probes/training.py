@@ -10,8 +10,7 @@ from harness.claims.probes import mean_chart, probe
 
 
 def _note(res: dict[str, Any]) -> str:
-    scale = res.get("scale", {})
-    wall = scale.get("wall_seconds") or scale.get("wall_s") or res.get("wall_s")
+    wall = res.get("wall_s")                          # set by Context.experiment
     return (res.get("data_description", "") + (f" (trained in {wall:,.0f} s)" if wall else "")).strip()
 
 
