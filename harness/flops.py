@@ -37,6 +37,11 @@ What the stock counter (torch 2.14) misses and this module adds (:data:`EXTRA_FO
   weight gradient, overcounting grouped/depthwise convs' backward by the group count.
 * Plain matmul variants: ``mv``, ``addmv``, ``dot``, ``vdot``, ``addbmm``, ``_addmm_activation``,
   ``_int_mm`` (e.g. ``matrix @ vector`` dispatches to ``mv``).
+* ``torch.einsum`` whose contracted indices all have length 1: torch lowers it to an elementwise
+  ``mul`` (no matmul reaches the dispatcher), so the stock counter sees 0 although the same
+  einsum at length ≥ 2 is a counted ``bmm``. :class:`_EinsumCounter` watches ``torch.einsum`` at
+  the Python API and, when the ops it dispatched counted nothing, adds :func:`einsum_flops` under
+  ``aten.einsum`` (forward only: its backward is elementwise too and stays uncounted).
 
 Ops that no formula knows (custom ops, ``_grouped_mm``, ``_trilinear``, ...) count 0 and never
 crash the counter; a formula that cannot read its arguments (e.g. a nested tensor on fake
@@ -71,6 +76,7 @@ from typing import Any, Literal
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves, tree_map
 from torch.utils.flop_counter import FlopCounterMode
@@ -86,6 +92,7 @@ __all__ = [
     "count_flops",
     "count_model",
     "count_params",
+    "einsum_flops",
     "mha_flops",
     "op_bytes",
     "tensor_traffic_bytes",
@@ -414,6 +421,76 @@ def count_bytes(fn: Callable[[], object]) -> tuple[int, dict[str, int]]:
 
 
 # --------------------------------------------------------------------------------------------
+# einsum: a contraction torch lowers to an elementwise mul when the contracted length is 1
+# --------------------------------------------------------------------------------------------
+
+def einsum_flops(equation: str, shapes: Sequence[Sequence[int]]) -> int | None:
+    """FLOPs of a two-operand einsum as torch computes it: indices found in one operand only (and not
+    in the output) are summed away first (a reduction, 0), then the rest is one batched matmul of
+    2·∏(sizes of the remaining indices) — if any index is contracted (in both operands, not in the
+    output); with none it is elementwise or an outer product, 0. ``None`` for other operand counts."""
+    if len(shapes) != 2:
+        return None
+    lhs, arrow, rhs = equation.replace(" ", "").partition("->")
+    terms = lhs.split(",")
+    if len(terms) != 2:
+        return None
+    n_ell = max((len(s) - (len(t) - 3) for t, s in zip(terms, shapes) if "..." in t), default=0)
+    ell = [chr(0x100 + i) for i in range(n_ell)]          # one private letter per broadcast dimension
+    sizes: dict[str, int] = {}
+    subs = []
+    for term, shape in zip(terms, shapes):
+        if "..." in term:
+            head, _, tail = term.partition("...")
+            mine = ell[n_ell - (len(shape) - len(head) - len(tail)):]
+            letters = [*head, *mine, *tail]
+        else:
+            letters = list(term)
+        if len(letters) != len(shape):
+            return None
+        for letter, size in zip(letters, shape):
+            sizes[letter] = max(sizes.get(letter, 1), int(size))
+        subs.append(set(letters))
+    if arrow:
+        head, _, tail = rhs.partition("...")
+        out = {*head, *(ell if "..." in rhs else ()), *tail}
+    else:                                                 # implicit output: indices seen once, and ...
+        seen = [c for term in terms for c in term.replace("...", "")]
+        out = {c for c in seen if seen.count(c) == 1} | set(ell)
+    a, b = subs
+    if not (a & b) - out:
+        return 0
+    kept = out | (a & b)
+    return 2 * math.prod(sizes[c] for c in kept)
+
+
+class _EinsumCounter(TorchFunctionMode):
+    """Adds :func:`einsum_flops` for a ``torch.einsum`` whose dispatched ops counted nothing (see the
+    module docstring); an einsum that reached a matmul is left to the stock formulas."""
+
+    def __init__(self, counter: FlopCounterMode) -> None:
+        super().__init__()
+        self.counter = counter
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is not torch.functional.einsum:
+            return func(*args, **kwargs)
+        before = self.counter.get_total_flops()
+        out = func(*args, **kwargs)
+        if self.counter.get_total_flops() == before:
+            operands = args[1:]
+            if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+                operands = tuple(operands[0])
+            flops = (einsum_flops(args[0], [t.shape for t in operands])
+                     if isinstance(args[0], str) and all(isinstance(t, torch.Tensor) for t in operands) else None)
+            if flops:
+                for parent in set(self.counter.mod_tracker.parents):
+                    self.counter.flop_counts[parent][aten.einsum] += flops
+        return out
+
+
+# --------------------------------------------------------------------------------------------
 # Public API
 # --------------------------------------------------------------------------------------------
 
@@ -438,7 +515,7 @@ def count_flops(fn: Callable[[], object]) -> FlopCount:
     """
     counter = FlopCounterMode(display=False, custom_mapping=EXTRA_FORMULAS)
     traffic = ByteCounterMode()
-    with traffic, counter:
+    with traffic, counter, _EinsumCounter(counter):
         fn()
     return _result(counter, traffic)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
 
@@ -116,7 +116,6 @@ def baseline_case(draw):
 
 
 @pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel")
-@settings(max_examples=25, deadline=None)
 @given(baseline_case())
 def test_baseline_cost_matches_counter(case):
     cfg, w = case

@@ -207,7 +207,7 @@ resnet_configs = st.builds(
     st.integers(4, 40), st.integers(1, 8), st.integers(1, 4), st.integers(1, 2), st.integers(1, 20))
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(st.tuples(st.just("vit-micro"), vit_configs), st.tuples(st.just("swin-t"), swin_configs),
                  st.tuples(st.just("resnet-micro"), resnet_configs)),
        st.integers(1, 3))

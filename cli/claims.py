@@ -30,9 +30,9 @@ DEFAULT_OUTPUT = "results/claims.html"
 def claims(quick: bool, only: str | None, output: str, store_url: str | None, fresh: bool, seeds: str,
            threads: int | None, list_only: bool, debug: bool) -> None:
     """Test the documents' claims (C01–C30): a verdict for each, with the figures that decided it."""
-    from harness.claims.catalog import load_catalog, select_claims
-    from harness.claims.evidence import Context
-    from harness.claims.verdicts import run_claims
+    from claims.catalog import load_catalog, select_claims
+    from claims.evidence import Context
+    from claims.verdicts import run_claims
     from harness.env import fingerprint, usable_cores
     from harness.store import Store
     from reports.claims_view import STYLE, claims_document, render_claims, verdict_table

@@ -216,11 +216,11 @@ def compare_cmd(run_a: str, run_b: str, store_url: str | None) -> None:
               f"geometric-mean ratio B/A {geo}" + (f" ({'; '.join(extra)})" if extra else ""))
 
 
-from reports.report_cmd import report  # noqa: E402  (the command lives with the report code)
+from cli.report import report  # noqa: E402  (the command lives with the report code)
 
 main.add_command(report)
 
-from harness.claims.command import claims  # noqa: E402
+from cli.claims import claims  # noqa: E402
 
 main.add_command(claims)
 

@@ -1,0 +1,68 @@
+"""What every ``bench`` command shares: the consoles, the error policy (one line, exit 2 for bad input,
+1 for anything unexpected), common options, plug-in loading and the log handler."""
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.logging import RichHandler
+
+from harness.errors import BenchInputError
+from harness.plugins import load_files as load_plugin_files
+
+# Pipes and CI logs get a wide, fixed width so tables never fold; a terminal uses its own width.
+out = Console(width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+
+
+class BenchGroup(click.Group):
+    """Every error is one line on stderr: exit 2 for bad input, 1 for anything unexpected."""
+
+    def main(self, args: list[str] | None = None, **kw: Any) -> Any:  # type: ignore[override]
+        debug = "--debug" in (args if args is not None else sys.argv[1:])
+        try:
+            return super().main(args=args, standalone_mode=False, **kw)
+        except click.exceptions.Exit as exc:
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            err.print("bench: aborted")
+            sys.exit(130)
+        except click.UsageError as exc:
+            where = f" ({exc.ctx.command_path})" if exc.ctx else ""
+            click.echo(f"bench: error{where}: {exc.format_message()}", err=True)
+            sys.exit(2)
+        except BenchInputError as exc:
+            click.echo(f"bench: error: {exc}", err=True)
+            sys.exit(2)
+        except Exception as exc:  # noqa: BLE001
+            if debug:
+                raise
+            click.echo(f"bench: internal error: {type(exc).__name__}: {exc} (rerun with --debug)", err=True)
+            sys.exit(1)
+
+
+store_option = click.option("--store", "store_url", default=None, metavar="URL",
+                            help="SQLAlchemy URL of the results store (default: sqlite:///results/bench.sqlite).")
+debug_option = click.option("--debug", is_flag=True, help="Show tracebacks.")
+plugin_option = click.option("--plugin", "plugins", multiple=True, metavar="FILE.py",
+                             help="A Python file that registers architectures (repeatable).")
+
+
+def load_plugins(plugins: tuple[str, ...]) -> tuple[str, ...]:
+    """Import the --plugin files here; returns their absolute paths for the worker processes."""
+    load_plugin_files(plugins)
+    return tuple(str(Path(p).resolve()) for p in plugins)
+
+
+def show_logs() -> None:
+    """Route the library's ``bench`` logger (progress notes, warnings) to stderr, once."""
+    logger = logging.getLogger("bench")
+    if not any(isinstance(h, RichHandler) for h in logger.handlers):
+        logger.addHandler(RichHandler(console=err, show_time=False, show_path=False, show_level=False,
+                                      markup=False, rich_tracebacks=False))
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
