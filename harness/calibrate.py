@@ -8,6 +8,7 @@ touched here: the caller pins them, as for every other measurement.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -87,24 +88,28 @@ def calibrate(device: torch.device | str = "cpu", dtypes: tuple[str, ...] | None
     return result
 
 
-def calibrate_run(devices: set[str] | list[str], threads: int, quick: bool = True) -> dict[str, dict[str, Any]]:
+def calibrate_run(devices: Mapping[str, Iterable[str]] | Iterable[str], threads: int, quick: bool = True
+                  ) -> dict[str, dict[str, Any]]:
     """One calibration per device a run's cases use, with torch pinned to the run's ``threads``.
 
-    Returns ``{device string: calibrate(...)}`` (stored as the run's ``options["peak"]``); CUDA devices
-    are left out when CUDA is not available (those cases are skipped anyway). The caller's thread
-    count is restored afterwards.
+    ``devices`` maps each device to the dtypes its cases use (only those are calibrated: a bf16 matmul on a
+    CPU without bf16 units takes seconds), or lists devices (then :func:`default_dtypes`). Returns
+    ``{device string: calibrate(...)}`` (stored as the run's ``options["peak"]``); CUDA devices are left out
+    when CUDA is not available (those cases are skipped anyway). The caller's thread count is restored.
     """
+    wanted = dict(devices) if isinstance(devices, Mapping) else {d: None for d in devices}
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         out: dict[str, dict[str, Any]] = {}
-        for device in sorted(set(devices)):
+        for device in sorted(wanted):
             dev = torch.device(device)
             if dev.type == "cuda" and not torch.cuda.is_available():
                 continue
             if dev.type not in ("cpu", "cuda"):
                 continue
-            out[device] = calibrate(dev, quick=quick)
+            dtypes = wanted[device]
+            out[device] = calibrate(dev, tuple(sorted(dtypes)) if dtypes is not None else None, quick=quick)
         return out
     finally:
         torch.set_num_threads(before)

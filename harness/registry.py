@@ -7,18 +7,17 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import importlib
 import types
 import typing
 from collections.abc import Callable
 from typing import Any
 
 from harness.errors import BenchInputError
+from harness.plugins import load_entry_points
 from harness.spec import ArchSpec
 
 _ARCHS: dict[str, ArchSpec] = {}
 _NAMESPACES: dict[str, Callable[[str], ArchSpec]] = {}
-_BUILTIN_MODULES = ("architectures",)
 _loaded = False
 
 
@@ -40,13 +39,11 @@ def register_namespace(prefix: str, resolver: Callable[[str], ArchSpec]) -> None
 
 
 def _ensure_loaded() -> None:
-    """Import the built-in architectures, then installed plug-ins (entry points), once."""
+    """Import every installed architecture module once: the entry points of the ``bench.architectures``
+    group, the built-in ``architectures`` package among them (pyproject.toml declares it like any plug-in)."""
     global _loaded
     if not _loaded:
         _loaded = True
-        for module in _BUILTIN_MODULES:
-            importlib.import_module(module)
-        from harness.plugins import load_entry_points
         load_entry_points()
 
 

@@ -21,7 +21,8 @@ from harness.env import usable_cores
 from harness.errors import BenchInputError
 from harness.fake import build_fake, new_fake_mode
 from harness.plugins import load_files as load_plugin_files
-from harness.spec import ArchSpec, Case, Record, Workload
+from harness.records import CaseRecord
+from harness.spec import ArchSpec, Case, Workload
 from harness.stats import summarize
 from harness.steps import cast_inputs, make_step
 from harness.timing import TimingConfig, measure
@@ -111,7 +112,7 @@ def measure_case(case: Case, spec: ArchSpec, opts: RunOptions, metrics: dict[str
     return samples
 
 
-def run_case(case: Case, opts: RunOptions) -> Record:
+def run_case(case: Case, opts: RunOptions) -> CaseRecord:
     """Measure one case in this process and return its Record (never raises for a case's own failure)."""
     t0 = time.perf_counter()
     w = case.workload
@@ -120,9 +121,9 @@ def run_case(case: Case, opts: RunOptions) -> Record:
     metrics: dict[str, float] = {"threads": float(threads)}
     config: dict[str, Any] = {}
 
-    def done(status: str, message: str = "", samples: list[float] | None = None) -> Record:
-        return Record.for_case(case, status, message, config=config, metrics=metrics,
-                               samples_s=samples or [], duration_s=time.perf_counter() - t0)
+    def done(status: str, message: str = "", samples: list[float] | None = None) -> CaseRecord:
+        return case.record(status, message, config=config, metrics=metrics, samples_s=samples or (),
+                           duration_s=time.perf_counter() - t0)
 
     try:
         load_plugin_files(opts.plugins)    # a spawned worker has only the built-ins until it imports these

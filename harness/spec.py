@@ -1,23 +1,24 @@
-"""Plain data passed between the harness's modules: ArchSpec, Workload, Case, Record."""
+"""Plain data passed between the harness's modules: ArchSpec, Workload, Case (what a case produces is a
+:class:`harness.records.CaseRecord`)."""
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
 from torch import nn
 
 from harness.errors import BenchInputError
+from harness.records import CaseRecord, Status
 
 DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 Mode = Literal["fwd", "fwd_bwd"]
 MODES: tuple[str, ...] = ("fwd", "fwd_bwd")
 METRICS: tuple[str, ...] = ("latency", "memory", "flops")
-STATUSES: tuple[str, ...] = ("ok", "oom", "timeout", "error", "skipped")
 
 
 @dataclass(frozen=True)
@@ -103,29 +104,14 @@ class Case:
         blob = json.dumps(payload, sort_keys=True, default=str)
         return hashlib.sha1(blob.encode()).hexdigest()[:16]
 
+    def record(self, status: Status, message: str = "", **kw: Any) -> CaseRecord:
+        """This case's outcome (``kw``: config, metrics, samples_s, duration_s)."""
+        if "samples_s" in kw:
+            kw["samples_s"] = tuple(kw["samples_s"])
+        return CaseRecord(self.key, self.suite, self.line, self.arch, status, message,
+                          workload=dataclasses.asdict(self.workload), **kw)
+
     def label(self) -> str:
         w = self.workload
         sizes = ", ".join(f"{k}={v}" for k, v in (("seq_len", w.seq_len), ("img_size", w.img_size)) if v)
         return f"{self.line} | {self.arch} | bs={w.batch_size} {sizes} {w.dtype} {w.mode}"
-
-
-@dataclass
-class Record:
-    """The outcome of one Case: status, message, the resolved config and every metric."""
-
-    case_key: str
-    suite: str
-    line: str
-    arch: str
-    status: str
-    message: str = ""
-    config: dict[str, Any] = field(default_factory=dict)
-    workload: dict[str, Any] = field(default_factory=dict)
-    metrics: dict[str, float] = field(default_factory=dict)
-    samples_s: list[float] = field(default_factory=list)
-    duration_s: float = 0.0
-
-    @classmethod
-    def for_case(cls, case: Case, status: str, message: str = "", **kw: Any) -> "Record":
-        return cls(case.key, case.suite, case.line, case.arch, status, message,
-                   workload=dataclasses.asdict(case.workload), **kw)

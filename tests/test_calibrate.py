@@ -11,9 +11,7 @@ import torch
 from harness.calibrate import calibrate
 from harness.store import Store
 from reports.frames import rates, wide_frame
-from tests.conftest import invoke, run_tiny
-
-
+from tests.helpers import invoke, run_tiny
 
 
 def _check(peak: dict, dtypes: set[str]) -> None:
@@ -55,23 +53,23 @@ def runs(tmp_path_factory):
 
 def test_peak_is_stored_in_the_run_options(runs):
     _, store, calibrated, plain, result = runs
-    peak = calibrated["options"]["peak"]
+    peak = calibrated.options["peak"]
     assert set(peak) == {"cpu"}
-    _check(peak["cpu"], {"fp32", "bf16"})
+    _check(peak["cpu"], {"fp32"})                               # only the dtypes the run's cases use
     assert peak["cpu"]["threads"] == 1                          # pinned to the run's thread count
-    assert "peak" not in plain["options"]
+    assert "peak" not in plain.options
     assert "peak on cpu" in result.stderr
 
 
 def test_peak_share_from_stored_data(runs):
     url, store, calibrated, _, _ = runs
-    rows = store.records(calibrated["id"])
-    peak = calibrated["options"]["peak"]
-    frame = pd.read_csv(io.StringIO(invoke("export", calibrated["id"], "--format", "csv", "--store", url).stdout))
+    rows = store.records(calibrated.id)
+    peak = calibrated.options["peak"]
+    frame = pd.read_csv(io.StringIO(invoke("export", calibrated.id, "--format", "csv", "--store", url).stdout))
     assert len(frame) == 6
     for r, (_, f) in zip(rows, frame.iterrows()):
-        assert r["status"] == "ok" and r["metrics"]["flops"] > 0
-        achieved = r["metrics"]["flops"] / (r["metrics"]["median_ms"] / 1e3)
+        assert r.status == "ok" and r.metrics["flops"] > 0
+        achieved = r.metrics["flops"] / (r.metrics["median_ms"] / 1e3)
         share = achieved / peak["cpu"]["matmul_flops_per_s"]["fp32"]
         assert f["achieved_flops_per_s"] == pytest.approx(achieved, rel=1e-9)
         assert f["peak_share"] == pytest.approx(share, rel=1e-9)
@@ -81,6 +79,6 @@ def test_peak_share_from_stored_data(runs):
 
 def test_runs_without_a_peak_lack_peak_share(runs):
     url, store, _, plain, _ = runs
-    frame = pd.read_csv(io.StringIO(invoke("export", plain["id"], "--format", "csv", "--store", url).stdout))
+    frame = pd.read_csv(io.StringIO(invoke("export", plain.id, "--format", "csv", "--store", url).stdout))
     assert "peak_share" not in frame.columns and "achieved_flops_per_s" in frame.columns
-    assert "peak_share" not in wide_frame(store.records(plain["id"])).columns
+    assert "peak_share" not in wide_frame(store.records(plain.id)).columns

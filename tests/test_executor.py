@@ -19,7 +19,8 @@ import pytest
 from harness.executors import ProcessExecutor
 from harness.executors.inline import InlineExecutor
 from harness.runner import RunOptions, run_case
-from harness.spec import Case, Record, Workload
+from harness.records import CaseRecord
+from harness.spec import Case, Workload
 from harness.store import Store
 from harness.timing import TimingConfig
 
@@ -35,7 +36,7 @@ def faulty_case(line: str, behavior: str = "ok", **over) -> Case:
 
 @dataclass
 class Outcome:
-    rec: Record
+    rec: CaseRecord
     worker_pid: int | None      # the executor's worker right after the record was yielded (None: stopped)
     seconds: float              # wall time from the previous record to this one
     built_in: set[int]          # pids of the processes that built this case's model (from its pid file)
@@ -167,7 +168,7 @@ def test_missing_plugin_file_is_a_case_error_naming_it(tmp_path):
 
 # -- at the command line: exit code 1 only for an unexpected error ------------------------------------
 
-BENCH = [sys.executable, "-m", "harness.cli"]
+BENCH = [sys.executable, "-m", "cli"]
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -185,7 +186,7 @@ def _bench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 def _latest_rows(url: str) -> dict[str, dict]:
     store = Store(url, create=False)
-    return {r["line"]: r for r in store.records(store.get_run("latest")["id"])}
+    return {r.line: r for r in store.records(store.get_run("latest").id)}
 
 
 def test_cli_exit_1_when_a_case_errors(tmp_path):
@@ -194,8 +195,8 @@ def test_cli_exit_1_when_a_case_errors(tmp_path):
     res = _bench("run", str(suite), "--quick", "--executor", "inline", "--plugin", PLUGIN, "--store", url)
     assert res.returncode == 1, res.stderr
     rows = _latest_rows(url)
-    assert rows["fine"]["status"] == "ok" and rows["broken"]["status"] == "error"
-    assert "boom" in rows["broken"]["message"]
+    assert rows["fine"].status == "ok" and rows["broken"].status == "error"
+    assert "boom" in rows["broken"].message
 
 
 def test_cli_exit_0_when_cases_only_oom_or_time_out(tmp_path):
@@ -204,4 +205,4 @@ def test_cli_exit_0_when_cases_only_oom_or_time_out(tmp_path):
     res = _bench("run", str(suite), "--quick", "--timeout", "2", "--plugin", PLUGIN, "--store", url)
     assert res.returncode == 0, res.stderr
     rows = _latest_rows(url)
-    assert {k: r["status"] for k, r in rows.items()} == {"fine": "ok", "hangs": "timeout", "no_memory": "oom"}
+    assert {k: r.status for k, r in rows.items()} == {"fine": "ok", "hangs": "timeout", "no_memory": "oom"}

@@ -15,7 +15,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 _SCRIPT = Path(sys.executable).with_name("bench")
-BENCH = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "harness.cli"]
+BENCH = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "cli"]
 
 PLUGIN = str(Path(__file__).with_name("plugin_faulty.py"))
 WIDTHS = [8, 12, 16, 24, 32, 40, 48, 64]

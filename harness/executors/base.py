@@ -5,10 +5,11 @@ from collections.abc import Iterator, Sequence
 from typing import Protocol
 
 from harness.runner import RunOptions
-from harness.spec import Case, Record
+from harness.records import CaseRecord
+from harness.spec import Case
 
 
 class Executor(Protocol):
-    def run(self, cases: Sequence[Case], opts: RunOptions) -> Iterator[Record]: ...
+    def run(self, cases: Sequence[Case], opts: RunOptions) -> Iterator[CaseRecord]: ...
 
     def close(self) -> None: ...

@@ -4,11 +4,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from harness.runner import RunOptions, run_case
-from harness.spec import Case, Record
+from harness.records import CaseRecord
+from harness.spec import Case
 
 
 class InlineExecutor:
-    def run(self, cases: Sequence[Case], opts: RunOptions) -> Iterator[Record]:
+    def run(self, cases: Sequence[Case], opts: RunOptions) -> Iterator[CaseRecord]:
         for case in cases:
             yield run_case(case, opts)
 

@@ -12,8 +12,10 @@ import sys
 from collections.abc import Iterator, Sequence
 from multiprocessing.connection import Connection
 
+from harness import registry
 from harness.runner import RunOptions, run_case
-from harness.spec import Case, Record
+from harness.records import CaseRecord
+from harness.spec import Case
 
 _CTX = mp.get_context("spawn")   # never fork: CUDA and OpenMP state do not survive it
 _START_TIMEOUT_S = 120.0
@@ -30,7 +32,7 @@ def _die_with_parent() -> None:
 
 def _worker(conn: Connection) -> None:
     _die_with_parent()
-    import architectures  # noqa: F401  (import once, before the first case is timed)
+    registry.list_archs()     # import the built-in and installed architectures before the first case is timed
     conn.send("ready")
     while True:
         try:
@@ -54,20 +56,28 @@ class ProcessExecutor:
         self.proc.start()
         child.close()
         self.conn = parent
-        if not parent.poll(_START_TIMEOUT_S) or parent.recv() != "ready":
+        try:
+            ready = parent.poll(_START_TIMEOUT_S) and parent.recv() == "ready"
+        except (EOFError, OSError):          # the worker died while starting (e.g. a plug-in failed to import)
+            ready = False
+        if not ready:
+            self.proc.join(5)
+            code = self.proc.exitcode
             self._stop()
-            raise RuntimeError("the benchmark worker process did not start")
+            raise RuntimeError(f"the benchmark worker process did not start (exit code {code}); "
+                               "its own error is printed above")
 
     def _stop(self) -> None:
-        if self.proc is not None and self.proc.is_alive():
+        started = self.proc is not None and self.proc.pid is not None     # a failed start has no process
+        if started and self.proc.is_alive():
             self.proc.kill()
-        if self.proc is not None:
+        if started:
             self.proc.join(5)
         if self.conn is not None:
             self.conn.close()
         self.proc = self.conn = None
 
-    def run(self, cases: Sequence[Case], opts: RunOptions) -> Iterator[Record]:
+    def run(self, cases: Sequence[Case], opts: RunOptions) -> Iterator[CaseRecord]:
         for case in cases:
             if self.proc is None or not self.proc.is_alive():
                 self._stop()
@@ -77,23 +87,23 @@ class ProcessExecutor:
                 self._stop()          # a fresh worker after any failure: no leaked state
             yield rec
 
-    def _one(self, case: Case, opts: RunOptions) -> Record:
+    def _one(self, case: Case, opts: RunOptions) -> CaseRecord:
         assert self.conn is not None and self.proc is not None
         self.conn.send((case, opts))
         if not self.conn.poll(opts.timeout_s):
             self._stop()
-            return Record.for_case(case, "timeout", f"no result within the {opts.timeout_s:g} s timeout",
-                                   duration_s=opts.timeout_s)
+            return case.record("timeout", f"no result within the {opts.timeout_s:g} s timeout",
+                               duration_s=opts.timeout_s)
         try:
             return self.conn.recv()
         except (EOFError, OSError):
             self.proc.join(5)
             code = self.proc.exitcode
             if code == -signal.SIGKILL:
-                return Record.for_case(case, "oom", "worker was killed (SIGKILL), most likely by the "
-                                                    "kernel's out-of-memory killer")
+                return case.record("oom", "worker was killed (SIGKILL), most likely by the kernel's "
+                                          "out-of-memory killer")
             how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-            return Record.for_case(case, "error", f"worker process died ({how})")
+            return case.record("error", f"worker process died ({how})")
 
     def close(self) -> None:
         if self.conn is not None and self.proc is not None and self.proc.is_alive():
