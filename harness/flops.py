@@ -39,7 +39,7 @@ What the stock counter (torch 2.14) misses and this module adds (:data:`EXTRA_FO
   ``_int_mm`` (e.g. ``matrix @ vector`` dispatches to ``mv``).
 * ``torch.einsum`` whose contracted indices all have length 1: torch lowers it to an elementwise
   ``mul`` (no matmul reaches the dispatcher), so the stock counter sees 0 although the same
-  einsum at length ≥ 2 is a counted ``bmm``. :class:`_EinsumCounter` watches ``torch.einsum`` at
+  einsum at length ≥ 2 is a counted ``bmm``. :func:`_einsum_counted` wraps ``torch.einsum`` at
   the Python API and, when the ops it dispatched counted nothing, adds :func:`einsum_flops` under
   ``aten.einsum`` (forward only: its backward is elementwise too and stays uncounted).
 
@@ -66,17 +66,17 @@ bytes and an elementwise add of two fp32 ``(n,)`` tensors ``12·n``.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import warnings
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
 from torch import nn
-from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves, tree_map
 from torch.utils.flop_counter import FlopCounterMode
@@ -464,30 +464,33 @@ def einsum_flops(equation: str, shapes: Sequence[Sequence[int]]) -> int | None:
     return 2 * math.prod(sizes[c] for c in kept)
 
 
-class _EinsumCounter(TorchFunctionMode):
-    """Adds :func:`einsum_flops` for a ``torch.einsum`` whose dispatched ops counted nothing (see the
-    module docstring); an einsum that reached a matmul is left to the stock formulas."""
+@contextlib.contextmanager
+def _einsum_counted(counter: FlopCounterMode) -> Iterator[None]:
+    """While active, ``torch.einsum`` adds :func:`einsum_flops` to ``counter`` when its dispatched ops
+    counted nothing (a contracted length of 1, lowered to a mul); an einsum that reached a matmul is left
+    to the stock formulas. A plain function swap, not a TorchFunctionMode: an active mode would make
+    ``has_torch_function`` true and turn off the fused fast paths (nn.MultiheadAttention's) being counted."""
+    original = torch.functional.einsum
 
-    def __init__(self, counter: FlopCounterMode) -> None:
-        super().__init__()
-        self.counter = counter
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is not torch.functional.einsum:
-            return func(*args, **kwargs)
-        before = self.counter.get_total_flops()
-        out = func(*args, **kwargs)
-        if self.counter.get_total_flops() == before:
+    def einsum(*args: Any) -> torch.Tensor:
+        before = counter.get_total_flops()
+        out = original(*args)
+        if counter.get_total_flops() == before and args and isinstance(args[0], str):
             operands = args[1:]
             if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
                 operands = tuple(operands[0])
-            flops = (einsum_flops(args[0], [t.shape for t in operands])
-                     if isinstance(args[0], str) and all(isinstance(t, torch.Tensor) for t in operands) else None)
-            if flops:
-                for parent in set(self.counter.mod_tracker.parents):
-                    self.counter.flop_counts[parent][aten.einsum] += flops
+            if all(isinstance(t, torch.Tensor) for t in operands):
+                flops = einsum_flops(args[0], [t.shape for t in operands])
+                if flops:
+                    for parent in set(counter.mod_tracker.parents):
+                        counter.flop_counts[parent][aten.einsum] += flops
         return out
+
+    torch.einsum = torch.functional.einsum = einsum
+    try:
+        yield
+    finally:
+        torch.einsum = torch.functional.einsum = original
 
 
 # --------------------------------------------------------------------------------------------
@@ -515,7 +518,7 @@ def count_flops(fn: Callable[[], object]) -> FlopCount:
     """
     counter = FlopCounterMode(display=False, custom_mapping=EXTRA_FORMULAS)
     traffic = ByteCounterMode()
-    with traffic, counter, _EinsumCounter(counter):
+    with traffic, counter, _einsum_counted(counter):
         fn()
     return _result(counter, traffic)
 

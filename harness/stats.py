@@ -127,15 +127,86 @@ def fit_loglog(x: Sequence[float], y: Sequence[float], confidence: float = 0.95)
     )
 
 
-def _bootstrap_medians(x: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """Medians of ``n_boot`` resamples of ``x``, drawn in chunks to bound memory."""
-    out = np.empty(n_boot)
-    chunk = max(1, 1_000_000 // x.size)
-    for start in range(0, n_boot, chunk):
-        stop = min(n_boot, start + chunk)
-        idx = rng.integers(0, x.size, size=(stop - start, x.size))
-        out[start:stop] = np.median(x[idx], axis=1)
-    return out
+REGIME_MIN_POINTS = 3
+"""The scaling regime always holds the largest ``REGIME_MIN_POINTS`` x values (fewer if the sweep has fewer).
+Three, not more: a fourth would let the top of a floor decide the slope. A regime of only three points has one
+degree of freedom, and its interval (t = 12.7) honestly says how little such a fit knows."""
+
+REGIME_SLOPE_SHARE = 0.75
+"""A smaller x joins the regime while the local log-log slope up to it is at least this share of the slope
+fitted over the top points; below that the metric is held up by a floor (launch, call or fixed overhead)."""
+
+FLAT_EXPONENT = 0.25
+"""A metric whose top slope is below this does not scale with x at all: every point is in the regime."""
+
+
+@dataclass(frozen=True)
+class ScalingFit:
+    """A log-log fit over the scaling regime of a sweep, with the floor below it reported apart.
+
+    ``fit`` covers the points with x in [``x_min``, ``x_max``]; ``floor`` holds the (x, y) points below
+    ``x_min`` where y no longer follows the power law (e.g. a launch-bound 4.5 ms for every small n)."""
+
+    fit: Fit
+    x_min: float
+    x_max: float
+    floor: tuple[tuple[float, float], ...] = ()
+
+    @property
+    def exponent(self) -> float:
+        return self.fit.exponent
+
+    @property
+    def floor_y(self) -> float | None:
+        """The median y of the floor points (None when there is no floor)."""
+        return float(np.median([p[1] for p in self.floor])) if self.floor else None
+
+    def __str__(self) -> str:
+        return str(self.fit)
+
+
+def top_slope(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """The local log-log slope between the two largest x (the asymptotic end of a curve that is not one power
+    law, e.g. exact MACs of n·d² + n²·d); None with fewer than 2 usable points."""
+    pts = sorted((float(a), float(b)) for a, b in zip(x, y, strict=True)
+                 if math.isfinite(a) and math.isfinite(b) and a > 0 and b > 0)
+    if len(pts) < 2 or pts[-1][0] == pts[-2][0]:
+        return None
+    (x0, y0), (x1, y1) = pts[-2], pts[-1]
+    return math.log(y1 / y0) / math.log(x1 / x0)
+
+
+def fit_scaling(x: Sequence[float], y: Sequence[float], confidence: float = 0.95) -> ScalingFit | None:
+    """The project's one fit-range rule: fit ``y ~ x**k`` over the scaling regime, the floor apart.
+
+    Points are sorted by x (non-positive or non-finite ones dropped). The regime starts as the top
+    :data:`REGIME_MIN_POINTS` points; with ``k_top`` their fitted slope, it extends to each smaller x in
+    turn while the local slope between that point and the next is at least
+    :data:`REGIME_SLOPE_SHARE` · ``k_top``, and stops at the first that is not (everything below is the
+    floor). A metric with ``k_top`` < :data:`FLAT_EXPONENT` has no regime to find: all points are fitted.
+    Returns None with fewer than 2 usable points (see :func:`fit_loglog`)."""
+    pts = sorted((float(a), float(b)) for a, b in zip(x, y, strict=True)
+                 if math.isfinite(a) and math.isfinite(b) and a > 0 and b > 0)
+    if len({p[0] for p in pts}) < 2:
+        return None
+    start = max(0, len(pts) - REGIME_MIN_POINTS)
+    top = fit_loglog([p[0] for p in pts[start:]], [p[1] for p in pts[start:]], confidence)
+    if top is None or top.exponent < FLAT_EXPONENT:
+        start = 0
+    else:
+        while start > 0:
+            (x0, y0), (x1, y1) = pts[start - 1], pts[start]
+            if x1 == x0 or math.log(y1 / y0) / math.log(x1 / x0) < REGIME_SLOPE_SHARE * top.exponent:
+                break
+            start -= 1
+    fit = fit_loglog([p[0] for p in pts[start:]], [p[1] for p in pts[start:]], confidence)
+    if fit is None:
+        return None
+    return ScalingFit(fit, pts[start][0], pts[-1][0], tuple(pts[:start]))
+
+
+def _median_ratio(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.median(b, axis=axis) / np.median(a, axis=axis)
 
 
 def compare(
@@ -147,9 +218,9 @@ def compare(
 ) -> dict[str, Any]:
     """Compare B against A (e.g. A = baseline, B = candidate) by the ratio of medians.
 
-    ``ratio = median(b) / median(a)``; its interval is a percentile bootstrap (each sample
-    set resampled independently, ``n_boot`` times, numpy generator seeded with ``seed`` so
-    results are reproducible). ``verdict`` describes B relative to A: "same" when the
+    ``ratio = median(b) / median(a)``; its interval is a percentile bootstrap
+    (``scipy.stats.bootstrap``: each sample set resampled independently, ``n_boot`` times, from a
+    numpy generator seeded with ``seed`` so results are reproducible). ``verdict`` describes B relative to A: "same" when the
     interval contains 1 or ``|ratio - 1| < SAME_REL_TOL``, else "faster" (ratio < 1) or
     "slower" (ratio > 1). Returns ratio, ci_low, ci_high, verdict, a_median_ms, b_median_ms.
     """
@@ -161,10 +232,9 @@ def compare(
     if med_a <= 0:
         raise ValueError("median of a_samples must be positive")
     ratio = med_b / med_a
-    rng = np.random.default_rng(seed)
-    boot = _bootstrap_medians(b, n_boot, rng) / _bootstrap_medians(a, n_boot, rng)
-    alpha = (1.0 - confidence) / 2.0
-    ci_low, ci_high = (float(v) for v in np.quantile(boot, [alpha, 1.0 - alpha]))
+    boot = sps.bootstrap((a, b), _median_ratio, n_resamples=n_boot, confidence_level=confidence,
+                         method="percentile", vectorized=True, rng=np.random.default_rng(seed))
+    ci_low, ci_high = float(boot.confidence_interval.low), float(boot.confidence_interval.high)
     if ci_low <= 1.0 <= ci_high or abs(ratio - 1.0) < SAME_REL_TOL:
         verdict = "same"
     else:

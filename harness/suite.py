@@ -6,11 +6,12 @@ Format (DESIGN.md, contract 1)::
     description = "..."
     metrics = ["latency", "memory", "flops"]
     fixed = { arch = "decoder-small", batch_size = 1 }
-    sweep = { seq_len = [256, 512] }          # cartesian product
+    sweep = { seq_len = [256, 512] }          # cartesian product (optional when there are lines)
     plot = { x = "seq_len", y = "median_ms", x_log = true, y_log = true }
     [lines]                                   # label -> overrides applied after `fixed`
     MHA = { n_kv_heads = 8 }
-    [quick]                                   # optional: replaces keys of fixed / sweep under --quick
+    [quick]                                   # optional, under --quick: replaces keys of fixed / sweep,
+    lines = ["MHA"]                           # and runs only these lines
     sweep = { seq_len = [128, 256] }
 
 Keys that are Workload fields go to the workload, ``arch`` names the architecture, any other
@@ -18,6 +19,7 @@ key overrides the architecture's config; anything else is an error naming the fi
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import tomllib
 from dataclasses import dataclass
@@ -26,6 +28,7 @@ from typing import Any
 
 from harness import registry
 from harness.errors import BenchInputError
+from harness.records import SuiteSpec
 from harness.spec import METRICS, WORKLOAD_KEYS, Case, Workload
 
 TOP_KEYS = {"name", "description", "metrics", "fixed", "sweep", "plot", "lines", "quick"}
@@ -35,7 +38,8 @@ SUITES_DIR = Path(__file__).resolve().parent.parent / "suites"
 
 @dataclass(frozen=True)
 class Suite:
-    """A validated suite; ``cases`` are already expanded for the requested size."""
+    """A validated suite; ``cases`` are already expanded for the requested size. ``text`` is the file as
+    read and ``spec`` the suite as run (after ``--quick`` and ``--set``): both are stored with the run."""
 
     name: str
     description: str
@@ -45,6 +49,8 @@ class Suite:
     lines: tuple[str, ...]
     cases: tuple[Case, ...]
     quick: bool
+    text: str = ""
+    spec: SuiteSpec = SuiteSpec()
 
 
 def find_suite(ref: str) -> Path:
@@ -67,22 +73,21 @@ def load_suite(ref: str, *, quick: bool = False, sets: dict[str, Any] | None = N
     path = find_suite(ref)
     where = str(path)
     try:
-        data = tomllib.loads(path.read_text())
+        text = path.read_text()
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise BenchInputError(f"TOML syntax error: {exc}", where=where) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise BenchInputError(f"cannot read suite: {exc}", where=where) from None
     try:
-        return _build(data, path, quick, sets or {})
+        return dataclasses.replace(_build(data, path, quick, sets or {}), text=text)
     except BenchInputError as exc:
         raise BenchInputError(str(exc), where=where) from None
 
 
-def _table(data: dict, key: str, required: bool = False) -> dict:
+def _table(data: dict, key: str) -> dict:
     value = data.get(key, None)
     if value is None:
-        if required:
-            raise BenchInputError("missing required table", where=key)
         return {}
     if not isinstance(value, dict):
         raise BenchInputError(f"must be a table, got {type(value).__name__}", where=key)
@@ -107,17 +112,28 @@ def _build(data: dict, path: Path, quick: bool, sets: dict[str, Any]) -> Suite:
             raise BenchInputError(f"unknown metric {m!r}; expected some of {list(METRICS)}", where="metrics")
 
     fixed = dict(_table(data, "fixed"))
-    sweep = dict(_table(data, "sweep", required=True))
+    sweep = dict(_table(data, "sweep"))
     lines = _table(data, "lines") or {"default": {}}
     plot = _table(data, "plot")
     q = _table(data, "quick")
-    for key in set(q) - {"fixed", "sweep"}:
-        raise BenchInputError("unknown key; allowed: fixed, sweep", where=f"quick.{key}")
+    for key in set(q) - {"fixed", "sweep", "lines"}:
+        raise BenchInputError("unknown key; allowed: fixed, sweep, lines", where=f"quick.{key}")
+    quick_lines = q.get("lines")
+    if quick_lines is not None:
+        if not isinstance(quick_lines, list) or not quick_lines or not all(isinstance(x, str) for x in quick_lines):
+            raise BenchInputError("must be a non-empty list of line labels", where="quick.lines")
+        unknown_lines = [x for x in quick_lines if x not in lines]
+        if unknown_lines:
+            raise BenchInputError(f"no such line {unknown_lines[0]!r}; lines: {', '.join(lines)}",
+                                  where="quick.lines")
     if quick:
         fixed.update(_table(q, "fixed"))
         sweep.update(_table(q, "sweep"))
-    if not sweep:
-        raise BenchInputError("empty sweep: give at least one key with a list of values", where="sweep")
+        if quick_lines is not None:
+            lines = {label: over for label, over in lines.items() if label in quick_lines}
+    if not sweep and not _table(data, "lines"):
+        raise BenchInputError("nothing to run: give a sweep (a key with a list of values) or [lines]",
+                              where="sweep")
     for key, value in sets.items():          # --set KEY=VALUE pins a key, removing it from the sweep
         sweep.pop(key, None)
         fixed[key] = value
@@ -150,7 +166,10 @@ def _build(data: dict, path: Path, quick: bool, sets: dict[str, Any]) -> Suite:
                 raise BenchInputError(str(exc), where=_origin(exc.where, label, over, sets, fixed, sweep,
                                                               _table(q, "fixed") if quick else {},
                                                               label in over_labels)) from None
-    return Suite(name, description, str(path), tuple(metrics), plot, tuple(lines), tuple(cases), quick)
+    spec = SuiteSpec(description=description, metrics=tuple(metrics), fixed=fixed, sweep=sweep,
+                     lines={k: dict(v) for k, v in lines.items()}, plot=dict(plot))
+    return Suite(name, description, str(path), tuple(metrics), plot, tuple(lines), tuple(cases), quick,
+                 spec=spec)
 
 
 def _origin(key: str | None, label: str, over: dict, sets: dict, fixed: dict, sweep: dict, quick_fixed: dict,

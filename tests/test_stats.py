@@ -5,8 +5,11 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
-from harness.stats import NOISY_REL_IQR, Fit, compare, fit_loglog, median_ci_indices, summarize
+from harness.stats import (NOISY_REL_IQR, Fit, compare, fit_loglog, fit_scaling, median_ci_indices, summarize,
+                           top_slope)
 
 
 def test_summarize_matches_numpy() -> None:
@@ -135,3 +138,59 @@ def test_compare_is_reproducible_and_rejects_empty() -> None:
         compare([], [1.0])
     with pytest.raises(ValueError):
         compare([1.0], [])
+
+
+def _reference_bootstrap(a: np.ndarray, b: np.ndarray, n: int, seed: int) -> tuple[float, float]:
+    """An independent percentile bootstrap of median(b)/median(a), written out by hand."""
+    rng = np.random.default_rng(seed)
+    ratios = [np.median(rng.choice(b, b.size)) / np.median(rng.choice(a, a.size)) for _ in range(n)]
+    lo, hi = np.quantile(ratios, [0.025, 0.975])
+    return float(lo), float(hi)
+
+
+@pytest.mark.parametrize("spread", [0.02, 0.1, 0.3])
+def test_compare_interval_agrees_with_a_hand_written_bootstrap(spread: float) -> None:
+    rng = np.random.default_rng(7)
+    a = rng.lognormal(0.0, spread, 40)
+    b = rng.lognormal(0.2, spread, 30)
+    got = compare(a, b, n_boot=4000)
+    lo, hi = _reference_bootstrap(a, b, 4000, seed=1)
+    width = hi - lo
+    assert abs(got["ci_low"] - lo) < 0.15 * width and abs(got["ci_high"] - hi) < 0.15 * width
+
+
+NS = [256, 512, 1024, 2048, 4096, 8192, 16384]
+
+
+def test_fit_scaling_leaves_a_launch_bound_floor_out():
+    # the H100's eager attention: flat ~4.4 ms while launch-bound, then ~n^2 (evidence, attention_scaling fp32)
+    ys = [4.48, 4.37, 4.38, 6.39, 18.55, 67.48, 228.54]
+    fit = fit_scaling(NS, ys)
+    assert fit.x_min == 2048 and [p[0] for p in fit.floor] == [256, 512, 1024]
+    assert 1.5 < fit.fit.ci_low and fit.exponent > 1.7 and fit.fit.ci_high > 1.7
+    assert fit.floor_y == pytest.approx(4.38)
+    assert fit_loglog(NS, ys).exponent < 1.0              # what fitting every point said
+
+
+def test_fit_scaling_keeps_every_point_of_a_clean_power_law_and_of_a_flat_metric():
+    square = fit_scaling(NS, [3e-6 * n * n for n in NS])
+    assert square.floor == () and square.x_min == 256 and square.exponent == pytest.approx(2.0)
+    flat = fit_scaling(NS, [5.0 + 1e-6 * n for n in NS])
+    assert flat.floor == () and abs(flat.exponent) < 0.01
+
+
+@given(st.floats(0.5, 3.0), st.floats(1e-3, 10.0), st.floats(0.0, 50.0))
+@example(2.0, 1e-3, 50.0)
+def test_fit_scaling_recovers_the_exponent_above_any_floor(k: float, c: float, floor: float):
+    ys = [floor + c * (n / 256) ** k for n in NS]
+    fit = fit_scaling(NS, ys)
+    assert fit is not None and fit.x_max == NS[-1]
+    if fit.floor:                       # what is left out is where the floor still counts
+        assert floor > 0
+    top = math.log(ys[-1] / ys[-2]) / math.log(2)
+    assert fit.exponent <= k + 1e-9 and fit.exponent >= min(top, k) - 0.35 * k
+
+
+def test_top_slope_is_the_last_segment():
+    assert top_slope([1, 2, 4], [1, 4, 32]) == pytest.approx(3.0)
+    assert top_slope([1], [1]) is None

@@ -5,7 +5,7 @@ import pytest
 
 from harness.errors import BenchInputError
 from harness.suite import load_suite, parse_set
-from tests.conftest import TINY_SUITE
+from tests.helpers import TINY_SUITE
 
 
 def test_expands_lines_times_sweep(write_suite):
@@ -15,6 +15,35 @@ def test_expands_lines_times_sweep(write_suite):
     assert sorted({c.workload.seq_len for c in suite.cases}) == [16, 32, 64]
     assert len({c.key for c in suite.cases}) == 6
     assert dict(suite.cases[0].overrides) == {"n_kv_heads": 4}
+
+
+def test_a_suite_of_only_lines_is_valid(write_suite):
+    """No sweep: one case per line (a sweep without lines is one line, "default")."""
+    text = ('fixed = { arch = "decoder-tiny", seq_len = 16 }\n[lines]\n'
+            'MHA = { n_kv_heads = 4 }\nMQA = { n_kv_heads = 1 }\n')
+    suite = load_suite(str(write_suite(text)))
+    assert [(c.line, dict(c.overrides)["n_kv_heads"], c.workload.seq_len) for c in suite.cases] == [
+        ("MHA", 4, 16), ("MQA", 1, 16)]
+    assert suite.spec.sweep == {} and set(suite.spec.lines) == {"MHA", "MQA"} and suite.text == text
+
+
+def test_the_suite_as_run_is_kept_with_its_text(write_suite):
+    path = write_suite(TINY_SUITE + '[quick]\nsweep = { seq_len = [8] }\n')
+    suite = load_suite(str(path), quick=True, sets={"batch_size": 2})
+    assert suite.text == path.read_text()
+    assert suite.spec.sweep == {"seq_len": [8]} and suite.spec.fixed == {"arch": "decoder-tiny", "batch_size": 2}
+    assert suite.spec.lines == {"MHA": {"n_kv_heads": 4}, "MQA": {"n_kv_heads": 1}}
+    assert suite.spec.plot == {"x": "seq_len", "y": "median_ms"} and suite.spec.metrics == ("latency", "memory", "flops")
+
+
+def test_quick_may_run_a_subset_of_the_lines(write_suite):
+    path = write_suite(TINY_SUITE + '[quick]\nlines = ["MQA"]\n')
+    assert {c.line for c in load_suite(str(path), quick=True).cases} == {"MQA"}
+    assert {c.line for c in load_suite(str(path)).cases} == {"MHA", "MQA"}
+    for bad, needle in (('["GQA"]', "no such line 'GQA'"), ("[]", "non-empty list"), ('"MQA"', "non-empty list")):
+        with pytest.raises(BenchInputError, match=needle) as info:
+            load_suite(str(write_suite(TINY_SUITE + f"[quick]\nlines = {bad}\n", name="bad.toml")))
+        assert "quick.lines" in str(info.value)
 
 
 def test_quick_and_set_override(write_suite):
@@ -42,7 +71,7 @@ BAD = {
     "negative size": (TINY_SUITE.replace("[16, 32, 64]", "[16, -32]"), "seq_len"),
     "zero size": (TINY_SUITE.replace("batch_size = 1", "batch_size = 0"), "batch_size"),
     "empty sweep list": (TINY_SUITE.replace("[16, 32, 64]", "[]"), "sweep.seq_len"),
-    "no sweep": (TINY_SUITE.replace("sweep = { seq_len = [16, 32, 64] }", "sweep = {}"), "empty sweep"),
+    "neither sweep nor lines": ('fixed = { arch = "decoder-tiny", seq_len = 8 }\nsweep = {}\n', "nothing to run"),
     "unknown metric": (TINY_SUITE.replace('"flops"]', '"flops", "joy"]'), "joy"),
     "unknown dtype": (TINY_SUITE.replace("batch_size = 1", "batch_size = 1, dtype = 'fp8'"), "dtype"),
     "unknown mode": (TINY_SUITE.replace("batch_size = 1", "batch_size = 1, mode = 'train'"), "mode"),
