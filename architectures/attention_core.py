@@ -1,10 +1,10 @@
 """The attention operation alone, softmax(q·kᵀ/√d_k)·v, with no projections: what claims C01–C03 and C08
 call "self-attention" when they say it costs O(n²·d) and stores n² scores.
 
-``forward(q, k, v)`` takes (B, H, n, d_head) tensors and runs the one attention core every model here
-uses (:func:`~architectures.layers.attention.eager_attention`, which materialises the (B, H, n, n) scores,
-or :func:`~architectures.layers.attention.sdpa_attention`, PyTorch's fused kernel), so its MACs, latency and
-memory are exactly the n²-part of a real layer.
+``forward(q, k, v)`` takes (B, H, n, d_head) tensors and runs the exact core every model here uses
+(:class:`~architectures.layers.attention.ExactCore`: :func:`~architectures.layers.attention.eager_attention`,
+which materialises the (B, H, n, n) scores, or :func:`~architectures.layers.attention.sdpa_attention`,
+PyTorch's fused kernel), so its MACs, latency and memory are exactly the n²-part of a real layer.
 """
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from architectures.layers.attention import AttnImpl, core_fn, head_counts
-from architectures.layers.efficient import exact_mix_macs
+from architectures.inputs import need_seq_len
+from architectures.layers.attention import AttnImpl, ExactCore, Heads, core_fn, head_counts
 from harness.registry import register
 from harness.spec import ArchSpec, Workload
 
@@ -48,22 +48,20 @@ class AttentionCore(nn.Module):
 
     def __init__(self, cfg: AttentionCoreConfig) -> None:
         super().__init__()
-        self.cfg, self.core = cfg, core_fn(cfg.attn_impl)
+        self.cfg, self.core = cfg, ExactCore(cfg.attn_impl)
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         if self.training and torch.is_grad_enabled() and not q.requires_grad:
             # In a real layer q, k, v come out of projections; here they are the leaves the backward
             # pass reaches, so forward+backward times the attention's own backward (dq, dk, dv).
             q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
-        return self.core(q, k, v, None, None)
+        return self.core(q, k, v)
 
 
 def core_inputs(cfg: AttentionCoreConfig, w: Workload, device: torch.device) -> tuple[Tensor, ...]:
     """Reproducible unit-variance q, k, v of shape (B, H or Hkv, seq_len, d_head)."""
-    if w.seq_len is None:
-        raise ValueError("the attention core needs seq_len")
     g = torch.Generator().manual_seed(0)
-    b, n, hd = w.batch_size, w.seq_len, cfg.head_dim
+    b, n, hd = w.batch_size, need_seq_len(w), cfg.head_dim
     q = torch.randn(b, cfg.n_heads, n, hd, generator=g)
     k, v = (torch.randn(b, cfg.kv_heads, n, hd, generator=g) for _ in range(2))
     return tuple(t.to(device) for t in (q, k, v))
@@ -71,7 +69,8 @@ def core_inputs(cfg: AttentionCoreConfig, w: Workload, device: torch.device) -> 
 
 def core_cost(cfg: AttentionCoreConfig, w: Workload) -> dict[str, int]:
     """q·kᵀ and p·v: B·H·n²·d_head MACs each (softmax counts no MACs); no parameters."""
-    return {"params": 0, "macs": exact_mix_macs(w.batch_size, w.seq_len or 0, cfg.n_heads, cfg.head_dim)}
+    heads = Heads.of(cfg.d_model, cfg.n_heads, cfg.n_kv_heads)
+    return {"params": 0, "macs": ExactCore(cfg.attn_impl).macs(heads, w.batch_size, need_seq_len(w))}
 
 
 register(ArchSpec("attention-core", "attention", AttentionCoreConfig(), AttentionCore, core_inputs,

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from torch import Tensor, nn
 
-from architectures.torchvision_models import TorchvisionConfig, image_inputs
+from architectures.inputs import image_inputs
+from architectures.torchvision_models import TorchvisionConfig
 from architectures.torchvision_models import build as build_torchvision
 from harness.registry import register
 from harness.spec import ArchSpec, Workload

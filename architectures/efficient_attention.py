@@ -1,28 +1,26 @@
 """Long-range-arena-style encoders whose self-attention is exact or an efficient approximation.
 
-One family, one axis: ``attention`` picks the mixer — the shared exact :class:`Attention`, or a
-sliding window, Linformer, Performer or BigBird layer from :mod:`architectures.layers.efficient`
-(same qkv/out parameters, forward (B, T, d) -> (B, T, d)). The stack is a bidirectional encoder
-(LRA's tasks are): token + position embedding → n_layers × [pre-norm attention, pre-norm MLP] →
-norm → per-token logits. Presets are data; ``cost`` gives exact params and forward MACs.
+One family, one axis: ``attention`` picks the core of the one :class:`Attention` — exact, or the
+sliding-window, Linformer, Performer or BigBird core of :mod:`architectures.layers.efficient` (the
+projections and their parameters are the same for all; :data:`CORES` is the chooser, as data). The
+stack is a bidirectional encoder (LRA's tasks are): token + position embedding → n_layers × the shared
+``Block`` [attention, MLP] → norm → per-token logits. Presets are data; ``cost`` gives exact params
+and forward MACs.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 from torch import Tensor, nn
 
-from architectures.layers.attention import Attention
-from architectures.layers.blocks import MLP, RESIDUALS, make_norm
-from architectures.layers.efficient import (
-    BigBirdAttention,
-    LinformerAttention,
-    PerformerAttention,
-    WindowAttention,
-    exact_mix_macs,
-)
+from architectures import transformer_cost as tc
+from architectures.inputs import need_seq_len, token_inputs
+from architectures.layers.attention import Attention, Core, ExactCore
+from architectures.layers.blocks import MLP, RESIDUALS, Block, make_norm
+from architectures.layers.efficient import BigBirdCore, LinformerCore, PerformerCore, SlidingWindowCore
 from architectures.layers.positions import PositionKind, make_positions
 from architectures.transformer import TransformerConfig
 from harness.registry import register
@@ -61,37 +59,26 @@ class LongEncoderConfig(TransformerConfig):
                              f"not {self.positions!r}")
 
 
-def make_attention(cfg: LongEncoderConfig, layer: int = 0) -> nn.Module:
-    """The configured mixer; ``layer`` seeds the random parts (Performer's ω, BigBird's blocks)."""
-    d, h, kv, bias, impl = cfg.d_model, cfg.n_heads, cfg.kv_heads, cfg.bias, cfg.attn_impl
-    if cfg.attention == "exact":
-        return Attention(d, h, kv, impl=impl, bias=bias)
-    if cfg.attention == "window":
-        return WindowAttention(d, h, kv, window=cfg.window, impl=impl, bias=bias)
-    if cfg.attention == "linformer":
-        return LinformerAttention(d, h, kv, max_seq_len=cfg.max_seq_len, proj_len=cfg.proj_len, impl=impl, bias=bias)
-    if cfg.attention == "performer":
-        return PerformerAttention(d, h, kv, n_features=cfg.n_features, seed=layer, bias=bias)
-    if cfg.attention == "bigbird":
-        return BigBirdAttention(d, h, kv, block=cfg.block, n_global=cfg.n_global, n_random=cfg.n_random,
-                                seed=layer, impl=impl, bias=bias)
-    raise ValueError(f"unknown attention {cfg.attention!r}")
+CORES: dict[str, Callable[[LongEncoderConfig, int], Core]] = {
+    "exact": lambda cfg, layer: ExactCore(cfg.attn_impl),
+    "window": lambda cfg, layer: SlidingWindowCore(cfg.window, cfg.attn_impl),
+    "linformer": lambda cfg, layer: LinformerCore(cfg.max_seq_len, cfg.proj_len, cfg.attn_impl),
+    "performer": lambda cfg, layer: PerformerCore(cfg.head_dim, cfg.n_features, seed=layer),
+    "bigbird": lambda cfg, layer: BigBirdCore(cfg.block, cfg.n_global, cfg.n_random, seed=layer, impl=cfg.attn_impl),
+}
+"""``attention`` value -> the core of layer ``layer`` (which seeds the random parts: Performer's ω,
+BigBird's blocks)."""
 
 
-class EncoderBlock(nn.Module):
-    """Bidirectional mixing then MLP, each in the configured residual wrapper; the mixer is injected."""
+def make_attention(cfg: LongEncoderConfig, layer: int = 0) -> Attention:
+    """The one Attention with the configured core."""
+    return Attention(cfg.d_model, cfg.n_heads, cfg.kv_heads, core=CORES[cfg.attention](cfg, layer), bias=cfg.bias)
 
-    def __init__(self, cfg: LongEncoderConfig, attn: nn.Module) -> None:
-        super().__init__()
-        self.attn = attn
-        self.mlp = MLP(cfg.d_model, cfg.ff_dim, cfg.activation, cfg.dropout, cfg.bias)
-        residual = RESIDUALS[cfg.norm_placement]
-        self.res_attn = residual(make_norm(cfg.norm, cfg.d_model), cfg.dropout)
-        self.res_mlp = residual(make_norm(cfg.norm, cfg.d_model), cfg.dropout)
 
-    def forward(self, x: Tensor) -> Tensor:                              # (B, T, d) -> (B, T, d)
-        x = self.res_attn(x, self.attn)
-        return self.res_mlp(x, self.mlp)
+def make_block(cfg: LongEncoderConfig, layer: int) -> Block:
+    """Attention with the configured core, then the MLP, each in the configured residual wrapper."""
+    return Block(make_attention(cfg, layer), MLP(cfg.d_model, cfg.ff_dim, cfg.activation, cfg.dropout, cfg.bias),
+                 lambda: RESIDUALS[cfg.norm_placement](make_norm(cfg.norm, cfg.d_model), cfg.dropout))
 
 
 class LongEncoder(nn.Module):
@@ -103,51 +90,33 @@ class LongEncoder(nn.Module):
         self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.pos = make_positions(cfg.positions, cfg.d_model, cfg.max_seq_len)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(EncoderBlock(cfg, make_attention(cfg, i)) for i in range(cfg.n_layers))
+        self.blocks = nn.ModuleList(make_block(cfg, i) for i in range(cfg.n_layers))
         self.norm = make_norm(cfg.norm, cfg.d_model)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
 
     def forward(self, tokens: Tensor) -> Tensor:
         x = self.drop(self.pos.embed(self.tok(tokens)))                  # (B, T, d)
         for block in self.blocks:
-            x = block(x)
+            x = block(x)                                                 # bidirectional
         return self.head(self.norm(x))                                   # (B, T, vocab)
 
 
-def token_inputs(cfg, w: Workload, device: torch.device) -> tuple[Tensor, ...]:
-    """Random token ids (B, T), reproducible (shared with the sequence baselines in rnn.py)."""
-    if w.seq_len is None:
-        raise ValueError("a sequence workload needs seq_len")
-    g = torch.Generator().manual_seed(0)
-    return (torch.randint(0, cfg.vocab_size, (w.batch_size, w.seq_len), generator=g).to(device),)
-
-
 def mix_macs(cfg: LongEncoderConfig, batch: int, t: int) -> int:
-    """Forward MACs of one layer's q/k/v mixing (projections excluded)."""
-    if cfg.attention == "exact":
-        return exact_mix_macs(batch, t, cfg.n_heads, cfg.head_dim)
-    with torch.device("meta"):                                           # the formula lives with the layer
+    """Forward MACs of one layer's q/k/v mixing (projections excluded): the core's own formula."""
+    with torch.device("meta"):                                           # Linformer's E, F cost nothing here
         layer = make_attention(cfg)
     return layer.mix_macs(batch, t)
 
 
 def cost(cfg: LongEncoderConfig, w: Workload) -> dict[str, int]:
     """Exact parameter count and forward MACs (matmul-like work, as harness.flops counts it)."""
-    if w.seq_len is None:
-        raise ValueError("a sequence workload needs seq_len")
-    d, ff, v = cfg.d_model, cfg.ff_dim, cfg.vocab_size
-    qkv_width = d + 2 * cfg.kv_heads * cfg.head_dim
-    up = 2 * ff if cfg.activation == "swiglu" else ff
-    norm = 2 * d if cfg.norm == "layernorm" else d
-    layer_weights = d * qkv_width + d * d + d * up + ff * d               # every Linear weight of a block
-    layer_params = layer_weights + 2 * norm + (qkv_width + d + up + d if cfg.bias else 0)
-    if cfg.attention == "linformer":
-        layer_params += 2 * cfg.proj_len * cfg.max_seq_len
+    t, b = need_seq_len(w), w.batch_size
+    d, v = cfg.d_model, cfg.vocab_size
+    core_params = 2 * cfg.proj_len * cfg.max_seq_len if cfg.attention == "linformer" else 0   # E, F
     params = v * d + (cfg.max_seq_len * d if cfg.positions == "learned" else 0)
-    params += cfg.n_layers * layer_params + norm + d * v
-    tokens = w.batch_size * w.seq_len
-    macs = tokens * (cfg.n_layers * layer_weights + d * v)
-    macs += cfg.n_layers * mix_macs(cfg, w.batch_size, w.seq_len)
+    params += cfg.n_layers * (tc.block_params(cfg) + core_params) + tc.norm_params(cfg) + d * v
+    layer_macs = tc.attention_linear_macs(cfg, b * t) + mix_macs(cfg, b, t) + tc.mlp_macs(cfg, b * t)
+    macs = cfg.n_layers * layer_macs + b * t * d * v
     return {"params": params, "macs": macs}
 
 

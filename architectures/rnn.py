@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from torch import Tensor, nn
 
-from architectures.efficient_attention import token_inputs
+from architectures.inputs import need_seq_len, token_inputs
 from harness.registry import register
 from harness.spec import ArchSpec, Workload
 
@@ -95,11 +95,9 @@ def layer_cost(cfg: SeqBaselineConfig) -> tuple[int, int]:
 def cost(cfg: SeqBaselineConfig, w: Workload) -> dict[str, int]:
     """Exact params and forward MACs as harness.flops counts them on CPU: LSTM's fused
     ``mkldnn_rnn_layer`` (x·W_ihᵀ + h·W_hhᵀ per token), GRU/RNN's addmm/mm per step, conv1d."""
-    if w.seq_len is None:
-        raise ValueError("a sequence workload needs seq_len")
     layer_params, layer_macs = layer_cost(cfg)
     d, v = cfg.d_model, cfg.vocab_size
-    tokens = w.batch_size * w.seq_len
+    tokens = w.batch_size * need_seq_len(w)
     return {"params": 2 * v * d + cfg.n_layers * layer_params,
             "macs": tokens * (cfg.n_layers * layer_macs + d * v)}
 

@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from architectures.inputs import image_inputs
 from architectures.layers.attention import Attention, AttnImpl
 from architectures.layers.blocks import MLP, PreNorm, make_norm
-from architectures.torchvision_models import image_inputs
 from harness.registry import register
 from harness.spec import ArchSpec, Workload
 
@@ -95,13 +95,15 @@ def relative_index(m: int) -> Tensor:
     return rel[0] * (2 * m - 1) + rel[1]
 
 
-class WindowAttention(nn.Module):
-    """(Shifted) window self-attention with relative-position bias over a (B, H, W, C) map."""
+class ShiftedWindowAttention(nn.Module):
+    """Swin's (shifted) window self-attention over a (B, H, W, C) map: the map is cut into M×M windows
+    (cyclically shifted first when ``shift``), each window is a batch row of the one :class:`Attention`,
+    and the learned relative-position bias (+ the shift mask) enters through its additive ``bias`` hook."""
 
     def __init__(self, dim: int, n_heads: int, window: int, shift: int, impl: AttnImpl) -> None:
         super().__init__()
         self.window, self.shift, self.n_heads = window, shift, n_heads
-        self.attn = Attention(dim, n_heads, impl=impl)
+        self.attn = Attention(dim, n_heads, core=impl)
         self.rel_table = nn.Parameter(torch.empty((2 * window - 1) ** 2, n_heads))
         nn.init.trunc_normal_(self.rel_table, std=0.02)
         self.register_buffer("rel_index", relative_index(window), persistent=False)
@@ -129,7 +131,7 @@ class SwinBlock(nn.Module):
 
     def __init__(self, dim: int, n_heads: int, cfg: SwinConfig, shift: int) -> None:
         super().__init__()
-        self.attn = WindowAttention(dim, n_heads, cfg.window_size, shift, cfg.attn_impl)
+        self.attn = ShiftedWindowAttention(dim, n_heads, cfg.window_size, shift, cfg.attn_impl)
         self.mlp = MLP(dim, int(dim * cfg.mlp_ratio), "gelu")
         self.res_attn = PreNorm(make_norm("layernorm", dim))
         self.res_mlp = PreNorm(make_norm("layernorm", dim))

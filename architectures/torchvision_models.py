@@ -3,13 +3,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 import torchvision
-from torch import Tensor, nn
+from torch import nn
 
+from architectures.inputs import image_inputs
 from harness.errors import BenchInputError
 from harness.registry import register_namespace
-from harness.spec import ArchSpec, Workload
+from harness.spec import ArchSpec
 
 
 @dataclass(frozen=True)
@@ -30,13 +30,6 @@ def classification_models() -> list[str]:
 def build(cfg: TorchvisionConfig) -> nn.Module:
     kwargs = {"image_size": cfg.img_size} if cfg.name.startswith("vit_") else {}
     return torchvision.models.get_model(cfg.name, weights=None, num_classes=cfg.num_classes, **kwargs)
-
-
-def image_inputs(cfg: TorchvisionConfig, w: Workload, device: torch.device) -> tuple[Tensor, ...]:
-    """A reproducible random batch (B, 3, S, S)."""
-    side = w.img_size or cfg.img_size
-    g = torch.Generator().manual_seed(0)
-    return (torch.randn(w.batch_size, 3, side, side, generator=g).to(device),)
 
 
 def resolve(name: str) -> ArchSpec:

@@ -6,7 +6,8 @@
   to the encoder's output through the same ``Attention`` (``kind="cross"``).
 
 Each layout has its own frozen config, a subclass of :class:`TransformerConfig` (the fields of one
-stack, shared by all three) that adds only what that layout uses — no field is dead in any layout,
+stack, shared by all three; itself a :class:`LayerConfig`, the fields of one layer) that adds only what
+that layout uses — no field is dead in any layout,
 and the config's type says which model it builds. Analytic costs live in
 :mod:`architectures.transformer_cost`.
 """
@@ -21,36 +22,32 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from architectures import transformer_cost as cost
+from architectures.inputs import seq2seq_inputs, token_inputs
 from architectures.layers.attention import Attention, AttnImpl, KVCache, head_counts
 from architectures.layers.blocks import MLP, RESIDUALS, Activation, Block, NormKind, make_norm
 from architectures.layers.positions import PositionKind, make_positions
 from architectures.transformer_cost import kv_cache_bytes  # noqa: F401  (public here too)
 from harness.registry import register
-from harness.spec import ArchSpec, Workload
+from harness.spec import ArchSpec
 
 
 @dataclass(frozen=True)
-class TransformerConfig:
-    """One stack's sizes and axes, shared by every layout; invalid combinations fail at construction."""
+class LayerConfig:
+    """One transformer layer's sizes and axes: attention + MLP, each in its residual wrapper."""
 
-    vocab_size: int = 8192
     d_model: int = 512
-    n_layers: int = 6                      # per stack: an encoder-decoder has n_layers + n_layers
     n_heads: int = 8
     n_kv_heads: int | None = None          # None: = n_heads (MHA); 1: MQA; else GQA
     d_ff: int | None = None                # None: 4 · d_model
     attn_impl: AttnImpl = "sdpa"
-    positions: PositionKind = "sinusoidal"
-    max_seq_len: int = 2048                # only bounds learned positions
     norm: NormKind = "layernorm"
     norm_placement: Literal["pre", "post"] = "pre"
     activation: Activation = "gelu"
-    dropout: float = 0.0                   # embeddings, sublayer outputs and attention weights
+    dropout: float = 0.0                   # sublayer outputs and attention weights (and embeddings in a stack)
     bias: bool = True                      # in the attention and MLP linears
-    attn_scale: float | None = None        # q·kᵀ multiplier; None: 1/√d_head; 1.0: unscaled (C07)
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len"):
+        for name in ("d_model", "n_heads"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         head_counts(self.d_model, self.n_heads, self.n_kv_heads)
@@ -58,8 +55,6 @@ class TransformerConfig:
             raise ValueError(f"d_ff must be positive, got {self.d_ff}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
-        if self.positions == "rope" and self.head_dim % 2:
-            raise ValueError(f"rope needs an even head dim, got d_model/n_heads = {self.head_dim}")
 
     @property
     def kv_heads(self) -> int:
@@ -75,11 +70,29 @@ class TransformerConfig:
 
 
 @dataclass(frozen=True)
+class TransformerConfig(LayerConfig):
+    """One stack's sizes and axes, shared by every layout: a layer's fields plus vocabulary, depth and
+    positions; invalid combinations fail at construction."""
+
+    vocab_size: int = 8192
+    n_layers: int = 6                      # per stack: an encoder-decoder has n_layers + n_layers
+    positions: PositionKind = "sinusoidal"
+    max_seq_len: int = 2048                # only bounds learned positions
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("vocab_size", "n_layers", "max_seq_len"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.positions == "rope" and self.head_dim % 2:
+            raise ValueError(f"rope needs an even head dim, got d_model/n_heads = {self.head_dim}")
+
+
+@dataclass(frozen=True)
 class DecoderConfig(TransformerConfig):
     """Decoder-only language model."""
 
     tie_embeddings: bool = False           # LM head = token embedding (GPT-2)
-    causal: bool = True                    # False drops the mask: every position sees the future (C18)
 
 
 @dataclass(frozen=True)
@@ -108,11 +121,11 @@ class EncoderDecoderConfig(TransformerConfig):
 # Modules
 # ------------------------------------------------------------------------------------------------
 
-def make_block(cfg: TransformerConfig, cross: bool = False) -> Block:
+def make_block(cfg: LayerConfig, cross: bool = False) -> Block:
     """One layer of ``cfg``: self-attention [+ cross-attention] + MLP in the configured residuals."""
     def attention(kind: Literal["self", "cross"]) -> Attention:
-        return Attention(cfg.d_model, cfg.n_heads, cfg.kv_heads, impl=cfg.attn_impl, kind=kind,
-                         dropout=cfg.dropout, bias=cfg.bias, scale=cfg.attn_scale)
+        return Attention(cfg.d_model, cfg.n_heads, cfg.kv_heads, core=cfg.attn_impl, kind=kind,
+                         dropout=cfg.dropout, bias=cfg.bias)
 
     def residual() -> nn.Module:
         return RESIDUALS[cfg.norm_placement](make_norm(cfg.norm, cfg.d_model), cfg.dropout)
@@ -130,7 +143,7 @@ class Stack(nn.Module):
 
     def __init__(self, cfg: TransformerConfig, *, causal: bool, cross: bool = False) -> None:
         super().__init__()
-        self.causal = causal
+        self.causal = self.masked_by_design = causal      # counterfactual() may switch ``causal`` off
         self.pos = make_positions(cfg.positions, cfg.d_model, cfg.max_seq_len, cfg.n_heads)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(make_block(cfg, cross) for _ in range(cfg.n_layers))
@@ -146,6 +159,21 @@ class Stack(nn.Module):
         for block, cache in zip(self.blocks, caches or repeat(None)):
             x = block(x, context, causal=self.causal, bias=bias, rotate=self.pos.rotate, cache=cache)
         return self.norm(x)                                               # (B, T, d)
+
+
+def counterfactual(model: nn.Module, *, causal: bool | None = None, attn_scale: float | None | str = "keep"
+                   ) -> nn.Module:
+    """Switch a built model into a claim's counterfactual, from outside its config (the config describes
+    the architecture; these are experiments on it). ``causal=False``: every decoder stack drops its causal
+    mask, so a position sees the future (C18); ``True`` restores it (encoder stacks are never masked).
+    ``attn_scale=1.0``: every attention, whatever its core, multiplies q·kᵀ by 1 instead of 1/√d_head
+    (C07); ``None`` restores 1/√d_head. Parameters are untouched. Returns ``model``."""
+    for module in model.modules():
+        if causal is not None and isinstance(module, Stack) and module.masked_by_design:
+            module.causal = causal
+        if attn_scale != "keep" and isinstance(module, Attention):
+            module.scale = attn_scale
+    return model
 
 
 def lm_logits(h: Tensor, tok: nn.Embedding, head: nn.Linear | None) -> Tensor:
@@ -164,7 +192,7 @@ class Decoder(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.stack = Stack(cfg, causal=cfg.causal)
+        self.stack = Stack(cfg, causal=True)
         self.head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
 
     def forward(self, tokens: Tensor, caches: list[KVCache] | None = None) -> Tensor:
@@ -236,27 +264,6 @@ class EncoderDecoder(nn.Module):
 
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
         return self.decode(tgt, self.encode(src))
-
-
-# ------------------------------------------------------------------------------------------------
-# Inputs
-# ------------------------------------------------------------------------------------------------
-
-def _tokens(cfg: TransformerConfig, w: Workload, device: torch.device, seed: int) -> Tensor:
-    if w.seq_len is None:
-        raise ValueError("a transformer workload needs seq_len")
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, cfg.vocab_size, (w.batch_size, w.seq_len), generator=g).to(device)
-
-
-def token_inputs(cfg: TransformerConfig, w: Workload, device: torch.device) -> tuple[Tensor, ...]:
-    """Random token ids (B, T), reproducible."""
-    return (_tokens(cfg, w, device, 0),)
-
-
-def seq2seq_inputs(cfg: TransformerConfig, w: Workload, device: torch.device) -> tuple[Tensor, ...]:
-    """Source and target token ids, both (B, seq_len) — a translation pair of equal lengths."""
-    return _tokens(cfg, w, device, 0), _tokens(cfg, w, device, 1)
 
 
 # ------------------------------------------------------------------------------------------------

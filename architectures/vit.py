@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from architectures.inputs import image_inputs
 from architectures.layers.attention import Attention, AttnImpl
 from architectures.layers.blocks import MLP, Block, PreNorm, make_norm
-from architectures.torchvision_models import image_inputs
 from harness.registry import register
 from harness.spec import ArchSpec, Workload
 
@@ -69,7 +69,7 @@ class ViTConfig:
 
 def encoder_block(cfg: ViTConfig) -> Block:
     """x + Attn(LN(x)), then x + MLP(LN(x)): the shared Block with pre-norm residuals."""
-    return Block(Attention(cfg.d_model, cfg.n_heads, impl=cfg.attn_impl),
+    return Block(Attention(cfg.d_model, cfg.n_heads, core=cfg.attn_impl),
                  MLP(cfg.d_model, cfg.ff_dim, "gelu", cfg.dropout),
                  lambda: PreNorm(make_norm("layernorm", cfg.d_model, LN_EPS), cfg.dropout))
 

@@ -12,7 +12,7 @@ from architectures.transformer import kv_cache_bytes
 from harness import registry
 from harness.fake import new_fake_mode
 from harness.spec import Workload
-from tests.conftest import counted_cost
+from tests.helpers import counted_cost
 
 CPU = torch.device("cpu")
 

@@ -10,12 +10,12 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from architectures.efficient_attention import LongEncoder, LongEncoderConfig, cost, make_attention, token_inputs
-from architectures.layers.attention import Attention, eager_attention
+from architectures.layers.attention import Attention, KVCache, eager_attention
 from architectures.layers.efficient import (
-    BigBirdAttention,
-    LinformerAttention,
-    PerformerAttention,
-    WindowAttention,
+    BigBirdCore,
+    LinformerCore,
+    PerformerCore,
+    SlidingWindowCore,
     approximation_error,
     bigbird_pattern,
 )
@@ -28,7 +28,7 @@ CPU = torch.device("cpu")
 
 
 def split_qkv(mod, x):
-    """The (q, k, v) a ProjectedAttention mixes, for reference computations."""
+    """The (q, k, v) an Attention's core mixes, for reference computations."""
     b, t, d = x.shape
     hd, h, hkv = mod.head_dim, mod.n_heads, mod.n_kv_heads
     q, kv = mod.qkv(x).split([d, 2 * hkv * hd], dim=-1)
@@ -36,12 +36,13 @@ def split_qkv(mod, x):
 
 
 def variants(d=32, h=4, kv=2):
+    """name -> (the one Attention with that core, whether it is called causal)."""
     return {
-        "window": WindowAttention(d, h, kv, window=3),
-        "window-causal": WindowAttention(d, h, kv, window=3, causal=True, impl="eager"),
-        "linformer": LinformerAttention(d, h, kv, max_seq_len=32, proj_len=5),
-        "performer": PerformerAttention(d, h, kv, n_features=12),
-        "bigbird": BigBirdAttention(d, h, kv, block=3, n_global=1, n_random=1),
+        "window": (Attention(d, h, kv, core=SlidingWindowCore(3)), False),
+        "window-causal": (Attention(d, h, kv, core=SlidingWindowCore(3, impl="eager")), True),
+        "linformer": (Attention(d, h, kv, core=LinformerCore(max_seq_len=32, proj_len=5)), False),
+        "performer": (Attention(d, h, kv, core=PerformerCore(d // h, n_features=12)), False),
+        "bigbird": (Attention(d, h, kv, core=BigBirdCore(block=3, n_global=1, n_random=1)), False),
     }
 
 
@@ -49,11 +50,49 @@ def variants(d=32, h=4, kv=2):
 def test_shapes_and_gradients(t):
     torch.manual_seed(0)
     x = torch.randn(2, t, 32, requires_grad=True)
-    for name, mod in variants().items():
-        y = mod(x)
+    for name, (mod, causal) in variants().items():
+        y = mod(x, causal=causal)
         assert y.shape == x.shape and torch.isfinite(y).all(), name
         y.sum().backward()
         assert torch.isfinite(x.grad).all(), name
+
+
+@pytest.mark.parametrize("name", ["window", "linformer", "performer", "bigbird"])
+def test_cores_refuse_what_they_cannot_honour(name):
+    """An additive bias, a KV cache or (except the window) a causal mask is an error, never ignored."""
+    mod, _ = variants()[name]
+    x = torch.randn(1, 6, 32)
+    with pytest.raises(ValueError, match="does not support an additive bias"):
+        mod(x, bias=torch.zeros(4, 6, 6))
+    cache = KVCache()
+    mod(x, cache=cache)                                                  # an empty cache is no cache
+    with pytest.raises(ValueError, match="KV cache"):
+        mod(x[:, :1], cache=cache)
+    if name != "window":
+        with pytest.raises(ValueError, match="causal mask"):
+            mod(x, causal=True)
+
+
+def test_performer_checks_its_head_dim_and_refuses_dropout():
+    with pytest.raises(ValueError, match="head_dim 16"):
+        Attention(32, 4, core=PerformerCore(16, n_features=8))
+    mod = Attention(32, 4, core=PerformerCore(8, n_features=8), dropout=0.1).train()
+    with pytest.raises(ValueError, match="attention dropout"):
+        mod(torch.randn(1, 5, 32))
+    assert mod.eval()(torch.randn(1, 5, 32)).shape == (1, 5, 32)
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.1])
+def test_cores_covering_every_key_honour_the_scale(scale):
+    """``Attention.scale`` (what ``counterfactual(attn_scale=…)`` sets) reaches the cores' kernel."""
+    torch.manual_seed(0)
+    exact = Attention(32, 4, 2, core="eager", scale=scale).eval()
+    x = torch.randn(2, 20, 32)
+    for core in (SlidingWindowCore(19), BigBirdCore(block=4, n_global=1, n_random=6)):
+        mod = Attention(32, 4, 2, core=core, scale=scale).eval()
+        mod.load_state_dict(exact.state_dict())
+        with torch.no_grad():
+            torch.testing.assert_close(mod(x), exact(x), atol=1e-5, rtol=1e-5)
 
 
 # ------------------------------------------------------------------------------------------
@@ -67,21 +106,23 @@ def test_window_equals_dense_band_reference(impl, causal):
     x = torch.randn(2, 45, 32)
     for t in (1, 4, 17, 45):
         for w in (1, 2, 5, 16, 60):
-            mod = WindowAttention(32, 4, 2, window=w, causal=causal, impl=impl)
+            core = SlidingWindowCore(w, impl)
+            mod = Attention(32, 4, 2, core=core)
             with torch.no_grad():
                 q, k, v = split_qkv(mod, x[:, :t])
-                ref = eager_attention(q, k, v, None, mod.band_mask(t))      # dense O(n²) masked
-                got = mod.mix(q, k, v)
+                ref = eager_attention(q, k, v, None, core.band_mask(t, causal))   # dense O(n²) masked
+                got = core(q, k, v, causal=causal)
             torch.testing.assert_close(got, ref, atol=2e-6, rtol=1e-5, msg=f"t={t} w={w}")
 
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_window_covering_the_sequence_is_exact_attention(causal):
     torch.manual_seed(0)
-    exact = Attention(32, 4, 2, impl="eager")
+    exact = Attention(32, 4, 2, core="eager")
     x = torch.randn(2, 20, 32)
-    assert approximation_error(WindowAttention(32, 4, 2, window=19, causal=causal), exact, x) < 1e-5
-    assert approximation_error(WindowAttention(32, 4, 2, window=4, causal=causal), exact, x) > 1e-2
+    for window, exact_enough in ((19, True), (4, False)):
+        err = approximation_error(Attention(32, 4, 2, core=SlidingWindowCore(window)), exact, x, causal=causal)
+        assert (err < 1e-5) == exact_enough and (err > 1e-2) != exact_enough
 
 
 def test_bigbird_equals_dense_masked_reference():
@@ -89,11 +130,12 @@ def test_bigbird_equals_dense_masked_reference():
     x = torch.randn(2, 50, 32)
     for t in (1, 5, 23, 50):
         for block, g, r in ((1, 0, 0), (4, 1, 1), (4, 2, 3), (5, 0, 2), (16, 1, 1)):
-            mod = BigBirdAttention(32, 4, 2, block=block, n_global=g, n_random=r, seed=7)
+            core = BigBirdCore(block, n_global=g, n_random=r, seed=7)
+            mod = Attention(32, 4, 2, core=core)
             with torch.no_grad():
                 q, k, v = split_qkv(mod, x[:, :t])
-                ref = eager_attention(q, k, v, None, mod.dense_mask(t))
-                got = mod.mix(q, k, v)
+                ref = eager_attention(q, k, v, None, core.dense_mask(t))
+                got = core(q, k, v)
             torch.testing.assert_close(got, ref, atol=2e-6, rtol=1e-5, msg=f"t={t} {block=} {g=} {r=}")
 
 
@@ -106,18 +148,18 @@ def test_bigbird_pattern_is_sparse_deduplicated_and_seeded():
         assert len(real) == len(set(real)) == g + 3 - (i == g) - (i == nb - 1) + r   # window clipped at ends
         assert {0, 1, i} <= set(real)
     assert bigbird_pattern(nb, g, r, seed=1) != rows
-    mod = BigBirdAttention(32, 4, block=4, n_global=1, n_random=1)
-    mask = mod.dense_mask(64 * 4)
+    mask = BigBirdCore(block=4, n_global=1, n_random=1).dense_mask(64 * 4)
     assert mask[:4].all() and mask[:, :4].all() and mask.float().mean() < 0.15
 
 
 def test_bigbird_with_every_block_reachable_is_exact():
     torch.manual_seed(0)
-    exact = Attention(32, 4, impl="eager")
+    exact = Attention(32, 4, core="eager")
     x = torch.randn(2, 24, 32)
-    full = BigBirdAttention(32, 4, block=4, n_global=1, n_random=6)   # 6 blocks: all reachable
+    full = Attention(32, 4, core=BigBirdCore(block=4, n_global=1, n_random=6))   # 6 blocks: all reachable
     assert approximation_error(full, exact, x) < 1e-5
-    assert approximation_error(BigBirdAttention(32, 4, block=2, n_global=1, n_random=1), exact, x) > 1e-2
+    sparse = Attention(32, 4, core=BigBirdCore(block=2, n_global=1, n_random=1))
+    assert approximation_error(sparse, exact, x) > 1e-2
 
 
 # ------------------------------------------------------------------------------------------
@@ -126,14 +168,15 @@ def test_bigbird_with_every_block_reachable_is_exact():
 
 def test_linformer_identity_projection_is_exact():
     torch.manual_seed(0)
-    exact = Attention(32, 4, 2, impl="eager")
+    exact = Attention(32, 4, 2, core="eager")
     x = torch.randn(2, 16, 32)
-    lin = LinformerAttention(32, 4, 2, max_seq_len=16, proj_len=16)
+    lin = Attention(32, 4, 2, core=LinformerCore(max_seq_len=16, proj_len=16))
     with torch.no_grad():
-        lin.E.copy_(torch.eye(16))
-        lin.F.copy_(torch.eye(16))
+        lin.core.E.copy_(torch.eye(16))
+        lin.core.F.copy_(torch.eye(16))
     assert approximation_error(lin, exact, x) < 1e-5
-    assert approximation_error(LinformerAttention(32, 4, 2, max_seq_len=16, proj_len=16), exact, x) > 1e-2
+    random_projection = Attention(32, 4, 2, core=LinformerCore(max_seq_len=16, proj_len=16))
+    assert approximation_error(random_projection, exact, x) > 1e-2
     with pytest.raises(ValueError, match="max_seq_len=16"):
         lin(torch.randn(1, 17, 32))
 
@@ -144,29 +187,30 @@ def test_linformer_is_exact_on_sequences_of_rank_k():
     multiplicity in numerator and denominator alike)."""
     torch.manual_seed(0)
     k, seg = 4, 5
-    exact = Attention(32, 4, impl="eager")
+    exact = Attention(32, 4, core="eager")
     x = torch.randn(2, k, 32).repeat_interleave(seg, dim=1)              # (2, 20, 32), rank k along T
-    lin = LinformerAttention(32, 4, max_seq_len=k * seg, proj_len=k)
+    lin = Attention(32, 4, core=LinformerCore(max_seq_len=k * seg, proj_len=k))
     pool = torch.eye(k).repeat_interleave(seg, dim=1) / seg              # (k, n) segment means
     with torch.no_grad():
-        lin.E.copy_(pool)
-        lin.F.copy_(pool)
+        lin.core.E.copy_(pool)
+        lin.core.F.copy_(pool)
     assert approximation_error(lin, exact, x) < 1e-5
     assert approximation_error(lin, exact, torch.randn(2, k * seg, 32)) > 1e-2
 
 
 def test_performer_error_shrinks_with_more_features():
     torch.manual_seed(0)
-    exact = Attention(64, 4, impl="eager")
+    exact = Attention(64, 4, core="eager")
     x = torch.randn(2, 128, 64)
-    errors = [approximation_error(PerformerAttention(64, 4, n_features=m, seed=0), exact, x) for m in (16, 64, 256)]
+    errors = [approximation_error(Attention(64, 4, core=PerformerCore(16, n_features=m, seed=0)), exact, x)
+              for m in (16, 64, 256)]
     assert errors[0] > errors[1] > errors[2], errors
     assert errors[2] < 0.2 and errors[0] / errors[2] > 2, errors
 
 
 def test_approximation_error_needs_matching_projections():
     with pytest.raises(ValueError, match="qkv.weight"):
-        approximation_error(WindowAttention(32, 4, window=2), Attention(32, 4, 2), torch.randn(1, 4, 32))
+        approximation_error(Attention(32, 4, core=SlidingWindowCore(2)), Attention(32, 4, 2), torch.randn(1, 4, 32))
 
 
 # ------------------------------------------------------------------------------------------
@@ -187,10 +231,10 @@ def exponent(ns, macs) -> float:
 
 NS = [1024, 2048, 4096, 8192, 16384]
 LINEAR = {
-    "window": lambda: WindowAttention(64, 4, window=128),
-    "linformer": lambda: LinformerAttention(64, 4, max_seq_len=16384, proj_len=256),
-    "performer": lambda: PerformerAttention(64, 4, n_features=256),
-    "bigbird": lambda: BigBirdAttention(64, 4, block=64, n_global=2, n_random=3),
+    "window": lambda: Attention(64, 4, core=SlidingWindowCore(128)),
+    "linformer": lambda: Attention(64, 4, core=LinformerCore(max_seq_len=16384, proj_len=256)),
+    "performer": lambda: Attention(64, 4, core=PerformerCore(16, n_features=256)),
+    "bigbird": lambda: Attention(64, 4, core=BigBirdCore(block=64, n_global=2, n_random=3)),
 }
 
 
@@ -214,7 +258,7 @@ def test_window_memory_is_linear_and_far_below_exact_eager():
     peak is O(n) too, so the comparison is with the eager formula.)"""
     torch.manual_seed(0)
     d, h = 32, 2
-    exact, window = Attention(d, h, impl="eager"), WindowAttention(d, h, window=32)
+    exact, window = Attention(d, h, core="eager"), Attention(d, h, core=SlidingWindowCore(32))
     peaks = {}
     for n in (2048, 4096):
         x = torch.randn(1, n, d)

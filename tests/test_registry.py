@@ -7,7 +7,7 @@ import torch
 from harness import registry
 from harness.errors import BenchInputError
 from harness.spec import ArchSpec, Workload
-from tests.conftest import counted_cost
+from tests.helpers import counted_cost
 
 @pytest.mark.parametrize("name", registry.list_archs())
 def test_every_preset_builds_runs_and_backprops(name):

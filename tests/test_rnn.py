@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from architectures.efficient_attention import LongEncoderConfig
-from architectures.layers.efficient import exact_mix_macs
+from architectures.layers.attention import exact_mix_macs
 from architectures.rnn import SeqBaseline, SeqBaselineConfig, cost, critical_path_length, token_inputs
 from harness import registry
 from harness.fake import build_fake, new_fake_mode

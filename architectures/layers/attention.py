@@ -1,15 +1,21 @@
-"""The one attention of the project.
+"""The one attention of the project, with a pluggable core.
 
-``n_kv_heads`` covers MHA (== n_heads), GQA (divides n_heads) and MQA (1). Self- and
-cross-attention share the code; positions enter through two hooks: an additive bias on the
-scores (ALiBi, Swin's relative bias) and a rotation of q/k (RoPE). ``impl="eager"`` is the
-documents' formula, softmax(QKᵀ/√d_k + bias)·V, kept as the reference; ``impl="sdpa"`` is
-PyTorch's fused kernel, chosen once in ``__init__``.
+:class:`Attention` owns everything a multi-head attention layer has in common — the fused ``qkv``
+projection (d → d + 2·Hkv·hd; ``q`` and ``kv`` for cross-attention), the head split and merge, the
+``out`` projection, the additive-bias hook (ALiBi, Swin's relative bias), the q/k-rotation hook (RoPE)
+and the KV cache. ``n_kv_heads`` covers MHA (== n_heads), GQA (divides n_heads) and MQA (1).
+
+How q, k, v are *mixed* is its **core**, a small module injected once in ``__init__``:
+:class:`ExactCore` here (softmax attention over every key, through :func:`eager_attention`, the
+documents' formula kept as the reference, or :func:`sdpa_attention`, PyTorch's fused kernel), and the
+long-sequence cores of :mod:`architectures.layers.efficient` (sliding window, BigBird, Linformer,
+Performer). Every core keeps its forward-MAC formula (``macs``) next to its code.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -18,6 +24,7 @@ from torch import Tensor, nn
 
 AttnImpl = Literal["eager", "sdpa"]
 Rotation = Callable[[Tensor, Tensor, int], tuple[Tensor, Tensor]]  # (q, k, offset) -> (q, k)
+Kernel = Callable[..., Tensor]                                      # eager_attention or sdpa_attention
 
 
 def causal_mask(t: int, s: int, device: torch.device, offset: int = 0) -> Tensor:
@@ -67,8 +74,8 @@ def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, mask: T
         scale=scale, enable_gqa=k.shape[1] != q.shape[1])
 
 
-def core_fn(impl: AttnImpl):
-    """The attention core for ``impl`` (:func:`eager_attention` or :func:`sdpa_attention`); a clear error otherwise."""
+def core_fn(impl: AttnImpl) -> Kernel:
+    """The softmax kernel for ``impl`` (:func:`eager_attention` or :func:`sdpa_attention`); a clear error otherwise."""
     if impl not in ("eager", "sdpa"):
         raise ValueError(f"unknown attention impl {impl!r}")
     return eager_attention if impl == "eager" else sdpa_attention
@@ -84,60 +91,124 @@ def head_counts(d_model: int, n_heads: int, n_kv_heads: int | None) -> int:
     return n_kv_heads
 
 
-class Attention(nn.Module):
-    """Multi-head attention with ``n_kv_heads`` key/value heads (MHA, GQA or MQA).
+@dataclass(frozen=True)
+class Heads:
+    """The head layout a core mixes: ``n_heads`` query heads over ``n_kv_heads`` k/v heads of width ``head_dim``."""
 
-    ``kind="self"`` projects q, k, v from ``x`` with one fused matmul; ``kind="cross"`` takes
-    k, v from ``context`` (of width ``context_dim``, default d_model).
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+
+    @classmethod
+    def of(cls, d_model: int, n_heads: int, n_kv_heads: int | None = None) -> Heads:
+        return cls(n_heads, head_counts(d_model, n_heads, n_kv_heads), d_model // n_heads)
+
+
+def exact_mix_macs(batch: int, t: int, n_heads: int, head_dim: int, s: int | None = None) -> int:
+    """QKᵀ and AV of full attention of t queries over s (default t) keys; causal is counted full too."""
+    return 2 * batch * n_heads * t * (t if s is None else s) * head_dim
+
+
+class Core(nn.Module):
+    """How an :class:`Attention` mixes q (B, H, T, hd) with k, v (B, Hkv, S, hd) into (B, H, T, hd).
+
+    ``forward(q, k, v, bias=None, causal=False, offset=0, dropout_p=0.0, scale=None)``: ``bias`` is an
+    additive score bias broadcastable to (B, H, T, S); ``causal`` restricts query ``offset+i`` to keys
+    ``j <= offset+i`` (``offset``: the KV-cache length before this call); ``scale`` multiplies q·kᵀ (None:
+    1/√hd). A core that cannot honour one of these raises ``ValueError`` rather than ignore it.
+    """
+
+    def validate(self, heads: Heads) -> None:
+        """Raise ``ValueError`` if this core cannot mix ``heads`` (called once by ``Attention.__init__``)."""
+
+    def macs(self, heads: Heads, batch: int, t: int, s: int | None = None, causal: bool = False) -> int:
+        """Forward MACs of one call on t queries and s (default t) keys, as :mod:`harness.flops` counts them."""
+        raise NotImplementedError
+
+
+class ExactCore(Core):
+    """softmax(q·kᵀ·scale + bias)·v over every (visible) key, through the kernel chosen once here.
+
+    ``impl="eager"`` materialises the (B, H, T, S) scores (the reference); ``"sdpa"`` is PyTorch's fused
+    kernel, which also takes its own causal flag where no bias or cache offset is in play.
+    """
+
+    def __init__(self, impl: AttnImpl = "sdpa") -> None:
+        super().__init__()
+        self.kernel, self.impl = core_fn(impl), impl
+        self.fused_causal = impl == "sdpa"
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, causal: bool = False,
+                offset: int = 0, dropout_p: float = 0.0, scale: float | None = None) -> Tensor:
+        t = q.shape[2]
+        if not causal or t == 1:                          # one query at the end of the cache sees every key
+            return self.kernel(q, k, v, bias, None, dropout_p, scale)
+        if self.fused_causal and offset == 0 and bias is None:   # SDPA's causal flag is top-left aligned
+            return sdpa_attention(q, k, v, None, None, dropout_p, scale, is_causal=True)
+        return self.kernel(q, k, v, bias, causal_mask(t, k.shape[2], q.device, offset), dropout_p, scale)
+
+    def macs(self, heads: Heads, batch: int, t: int, s: int | None = None, causal: bool = False) -> int:
+        return exact_mix_macs(batch, t, heads.n_heads, heads.head_dim, s)
+
+    def extra_repr(self) -> str:
+        return f"impl={self.impl!r}"
+
+
+class Attention(nn.Module):
+    """Multi-head attention with ``n_kv_heads`` key/value heads (MHA, GQA or MQA) and an injected core.
+
+    ``core``: a :class:`Core`, or ``"eager"``/``"sdpa"`` for :class:`ExactCore` with that kernel.
+    ``kind="self"`` projects q, k, v from ``x`` with one fused matmul; ``kind="cross"`` takes k, v from
+    ``context`` (of width ``context_dim``, default d_model). ``scale`` multiplies q·kᵀ: None is
+    1/√head_dim (Vaswani); 1.0 switches the scaling off. ``dropout`` acts on the attention weights.
     """
 
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None, *,
-                 impl: AttnImpl = "sdpa", kind: Literal["self", "cross"] = "self",
+                 core: Core | AttnImpl = "sdpa", kind: Literal["self", "cross"] = "self",
                  dropout: float = 0.0, bias: bool = True, context_dim: int | None = None,
                  scale: float | None = None) -> None:
-        """``scale`` multiplies q·kᵀ: None is 1/√head_dim (Vaswani); 1.0 switches the scaling off."""
         super().__init__()
-        n_kv_heads = head_counts(d_model, n_heads, n_kv_heads)
-        core_fn(impl)                                                     # validates impl
-        self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, d_model // n_heads
-        self.kind, self.impl, self.dropout, self.scale = kind, impl, dropout, scale
-        kv_width = 2 * n_kv_heads * self.head_dim
+        self.heads = Heads.of(d_model, n_heads, n_kv_heads)
+        self.n_heads, self.n_kv_heads, self.head_dim = self.heads.n_heads, self.heads.n_kv_heads, self.heads.head_dim
+        self.core = ExactCore(core) if isinstance(core, str) else core
+        self.core.validate(self.heads)
+        self.kind, self.dropout, self.scale = kind, dropout, scale
+        kv_width = 2 * self.n_kv_heads * self.head_dim
         if kind == "self":
             self.qkv = nn.Linear(d_model, d_model + kv_width, bias=bias)
-        else:
+        elif kind == "cross":
             self.q = nn.Linear(d_model, d_model, bias=bias)
             self.kv = nn.Linear(context_dim or d_model, kv_width, bias=bias)
+        else:
+            raise ValueError(f"unknown attention kind {kind!r}")
         self.out = nn.Linear(d_model, d_model, bias=bias)
 
     def forward(self, x: Tensor, context: Tensor | None = None, *, causal: bool = False,
                 bias: Tensor | None = None, rotate: Rotation | None = None,
-                cache: "KVCache | None" = None) -> Tensor:
+                cache: KVCache | None = None) -> Tensor:
         """x: (B, T, d_model); context: (B, S, context_dim) for cross-attention. Returns (B, T, d_model)."""
         b, t, d = x.shape
         hd, h, hkv = self.head_dim, self.n_heads, self.n_kv_heads
-        if self.kind == "self":
-            q, kv = self.qkv(x).split([d, 2 * hkv * hd], dim=-1)          # (B, T, d), (B, T, 2·Hkv·hd)
+        if self.kind == "self":                                           # qkv columns: H, Hkv, Hkv heads
+            qkv = self.qkv(x).view(b, t, h + 2 * hkv, hd).transpose(1, 2)   # (B, H+2·Hkv, T, hd)
+            q, k, v = qkv.split([h, hkv, hkv], dim=1)                     # (B, H, T, hd), 2 × (B, Hkv, T, hd)
+        elif context is None:
+            raise ValueError("cross-attention needs a context")
         else:
-            if context is None:
-                raise ValueError("cross-attention needs a context")
-            q, kv = self.q(x), self.kv(context)                           # (B, T, d), (B, S, 2·Hkv·hd)
-        q = q.view(b, t, h, hd).transpose(1, 2)                           # (B, H, T, hd)
-        k, v = kv.view(b, -1, 2, hkv, hd).permute(2, 0, 3, 1, 4)          # 2 × (B, Hkv, S, hd)
+            q = self.q(x).view(b, t, h, hd).transpose(1, 2)               # (B, H, T, hd)
+            kv = self.kv(context).view(b, -1, 2 * hkv, hd).transpose(1, 2)   # (B, 2·Hkv, S, hd)
+            k, v = kv.split(hkv, dim=1)                                   # 2 × (B, Hkv, S, hd)
         offset = cache.length if cache is not None else 0
         if rotate is not None:
             q, k = rotate(q, k, offset)
         if cache is not None:
             k, v = cache.append(k, v)                                     # (B, Hkv, offset+S, hd)
-        dropout_p = self.dropout if self.training else 0.0
-        # SDPA's own causal flag is top-left aligned: use it only when no cache offset or bias is in play.
-        fused_causal = causal and t > 1 and offset == 0 and bias is None and self.impl == "sdpa"
-        mask = causal_mask(t, k.shape[2], x.device, offset) if causal and t > 1 and not fused_causal else None
-        if self.impl == "sdpa":
-            y = sdpa_attention(q, k, v, bias, mask, dropout_p, self.scale, is_causal=fused_causal)
-        else:
-            y = eager_attention(q, k, v, bias, mask, dropout_p, self.scale)                      # (B, H, T, hd)
-        y = y.transpose(1, 2).reshape(b, t, d)                            # (B, T, d)
-        return self.out(y)
+        y = self.core(q, k, v, bias, causal, offset, self.dropout if self.training else 0.0, self.scale)
+        return self.out(y.transpose(1, 2).reshape(b, t, d))               # (B, H, T, hd) -> (B, T, d)
+
+    def mix_macs(self, batch: int, t: int, s: int | None = None, causal: bool = False) -> int:
+        """Forward MACs of the core alone (projections excluded) on t queries and s (default t) keys."""
+        return self.core.macs(self.heads, batch, t, s, causal)
 
 
 class KVCache:

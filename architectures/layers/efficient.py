@@ -1,13 +1,14 @@
-"""Long-sequence attention: sliding window, Linformer, Performer (FAVOR+) and BigBird block-sparse.
+"""Long-sequence cores for the one :class:`~architectures.layers.attention.Attention`: sliding window,
+BigBird block-sparse, Linformer and Performer (FAVOR+).
 
-Every variant keeps :class:`~architectures.layers.attention.Attention`'s parameter layout — a fused
-``qkv`` Linear (d → d + 2·Hkv·hd) and an ``out`` Linear (d → d), the same state-dict keys — and
-differs only in how it mixes q, k, v (:meth:`ProjectedAttention.mix`). The variants that are *exact
-attention over a subset of keys* (window, BigBird; Linformer over projected keys) call the shared
-``eager_attention`` / ``sdpa_attention`` core; window and BigBird gather key *blocks* so their cost is
-O(n·keys-per-query), never a dense n×n mask. :func:`approximation_error` measures a variant against
-exact attention with the exact module's projection weights; each class's ``mix_macs`` is its forward
-MAC count as :mod:`harness.flops` counts it.
+A core only mixes q, k, v; the projections, head split, hooks and cache stay in ``Attention``, so
+``Attention(d, h, kv, core=SlidingWindowCore(128))`` has exactly the exact layer's parameters (the same
+``qkv``/``out`` state-dict keys) plus whatever the core owns (Linformer's E, F). The cores that are
+*exact attention over a subset of keys* (window, BigBird; Linformer over projected keys) call the shared
+``eager_attention`` / ``sdpa_attention`` kernel; window and BigBird gather key *blocks* so their cost is
+O(n·keys-per-query), never a dense n×n mask. Each core's ``macs`` is its forward MAC count as
+:mod:`harness.flops` counts it. :func:`approximation_error` measures a layer with an approximate core
+against exact attention with the same projection weights.
 """
 from __future__ import annotations
 
@@ -20,66 +21,42 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from architectures.layers.attention import AttnImpl, core_fn, head_counts, sdpa_attention
+from architectures.layers.attention import AttnImpl, Core, Heads, Kernel, core_fn, sdpa_attention
 
 
-def exact_mix_macs(batch: int, t: int, n_heads: int, head_dim: int) -> int:
-    """QKᵀ and AV of full (bidirectional or causal: counted full) attention over t keys."""
-    return 2 * batch * n_heads * t * t * head_dim
+def _refuse(core: Core, bias: bool = False, causal: bool = False, cache: bool = False, dropout: bool = False,
+            cross: bool = False) -> None:
+    """A clear error for what ``core`` cannot honour (it is never silently ignored)."""
+    what = [name for name, asked in (("an additive bias", bias), ("a causal mask", causal), ("a KV cache", cache),
+                                     ("attention dropout", dropout), ("keys of another length", cross)) if asked]
+    if what:
+        raise ValueError(f"{type(core).__name__} does not support {' or '.join(what)}")
 
 
-class ProjectedAttention(nn.Module):
-    """Attention's projections (fused ``qkv``, ``out``) and head split; subclasses define ``mix``."""
-
-    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None, *, bias: bool = True) -> None:
-        super().__init__()
-        n_kv_heads = head_counts(d_model, n_heads, n_kv_heads)
-        self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, d_model // n_heads
-        self.qkv = nn.Linear(d_model, d_model + 2 * n_kv_heads * self.head_dim, bias=bias)
-        self.out = nn.Linear(d_model, d_model, bias=bias)
-
-    def forward(self, x: Tensor) -> Tensor:                              # (B, T, d) -> (B, T, d)
-        b, t, d = x.shape
-        hd, h, hkv = self.head_dim, self.n_heads, self.n_kv_heads
-        q, kv = self.qkv(x).split([d, 2 * hkv * hd], dim=-1)              # (B, T, d), (B, T, 2·Hkv·hd)
-        q = q.view(b, t, h, hd).transpose(1, 2)                           # (B, H, T, hd)
-        k, v = kv.view(b, t, 2, hkv, hd).permute(2, 0, 3, 1, 4)           # 2 × (B, Hkv, T, hd)
-        y = self.mix(q, k, v)                                             # (B, H, T, hd)
-        return self.out(y.transpose(1, 2).reshape(b, t, d))
-
-    def mix(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        """q (B, H, T, hd), k/v (B, Hkv, T, hd) -> (B, H, T, hd)."""
-        raise NotImplementedError
-
-    def mix_macs(self, batch: int, t: int) -> int:
-        """Forward MACs of ``mix`` at sequence length t (harness.flops conventions)."""
-        raise NotImplementedError
-
-
-def approximation_error(variant: ProjectedAttention, exact: nn.Module, x: Tensor) -> float:
+def approximation_error(variant: nn.Module, exact: nn.Module, x: Tensor, *, causal: bool = False) -> float:
     """‖variant(x) − exact(x)‖_F / ‖exact(x)‖_F, the variant run with ``exact``'s qkv/out weights.
 
-    ``exact`` is an :class:`Attention` (kind "self") of the same width/heads; it is called with
-    ``causal=variant.causal`` where the variant has that attribute. Neither module is modified.
+    Both are self-attention :class:`Attention` layers of the same width/heads (``variant`` with an
+    approximate core); both are called with ``causal``. Neither module is modified.
     """
     shared = {f"{name}.{p}": t for name in ("qkv", "out") for p, t in getattr(exact, name).named_parameters()}
     mine = dict(variant.named_parameters())
     for key, t in shared.items():
         if key not in mine or mine[key].shape != t.shape:
-            raise ValueError(f"{type(variant).__name__} and {type(exact).__name__} differ in {key}")
+            raise ValueError(f"the variant and the exact layer differ in {key}")
     with torch.no_grad():
-        ref = exact(x, causal=getattr(variant, "causal", False))
-        got = functional_call(variant, shared, (x,), strict=False)
+        ref = exact(x, causal=causal)
+        got = functional_call(variant, shared, (x,), {"causal": causal}, strict=False)
     return float(torch.linalg.vector_norm(got - ref) / torch.linalg.vector_norm(ref))
 
 
 # ------------------------------------------------------------------------------------------
-# Block gathering: the O(n) engine shared by window and BigBird attention
+# Block gathering: the O(n) engine shared by the window and BigBird cores
 # ------------------------------------------------------------------------------------------
 
 def gathered_attention(q: Tensor, k: Tensor, v: Tensor, idx: Tensor, keep: Tensor, block: int,
-                       core=sdpa_attention) -> Tensor:
-    """Each query block attends, through the shared core, to the key blocks listed for it.
+                       kernel: Kernel = sdpa_attention, dropout_p: float = 0.0, scale: float | None = None) -> Tensor:
+    """Each query block attends, through the shared kernel, to the key blocks listed for it.
 
     q: (B, H, Nq·block, hd), Nq query blocks; k, v: (B, Hkv, S, hd) with nb = ⌈S/block⌉ key
     blocks; idx: (Nq, K) long, key-block numbers in [0, nb] (nb: an all-zero padding block);
@@ -102,8 +79,8 @@ def gathered_attention(q: Tensor, k: Tensor, v: Tensor, idx: Tensor, keep: Tenso
     qg = q.view(b, h, nq, block, hd).transpose(1, 2).reshape(b * nq, h, block, hd)   # (B·Nq, H, blk, hd)
     mask = keep.unsqueeze(1).expand(b, nq, 1, block, n_keys * block)      # broadcast over batch
     mask = mask.reshape(b * nq, 1, block, n_keys * block)                # (B·Nq, 1, blk, K·blk)
-    y = core(qg, kg, vg, None, mask)                                     # (B·Nq, H, blk, hd)
-    return y.view(b, nq, h, block, hd).transpose(1, 2).reshape(b, h, nq * block, hd)
+    y = kernel(qg, kg, vg, None, mask, dropout_p, scale)                 # (B·Nq, H, blk, hd)
+    return y.view(b, nq, h, block, hd).transpose(1, 2).reshape(b, h, nq * block, hd)   # (B, H, Nq·blk, hd)
 
 
 def _key_positions(idx: Tensor, block: int) -> Tensor:
@@ -112,7 +89,7 @@ def _key_positions(idx: Tensor, block: int) -> Tensor:
     return (idx.unsqueeze(-1) * block + offs).flatten(1)
 
 
-class WindowAttention(ProjectedAttention):
+class SlidingWindowCore(Core):
     """Sliding window: query i sees keys j with |i − j| ≤ window (causal: 0 ≤ i − j ≤ window).
 
     Blocked: the sequence is cut into blocks of ``b = min(window, T)``; a query block gathers its
@@ -120,42 +97,47 @@ class WindowAttention(ProjectedAttention):
     exactly the window. Equal to dense attention with the band mask; exact when window ≥ T − 1.
     """
 
-    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None, *, window: int,
-                 causal: bool = False, impl: AttnImpl = "sdpa", bias: bool = True) -> None:
-        super().__init__(d_model, n_heads, n_kv_heads, bias=bias)
+    def __init__(self, window: int, impl: AttnImpl = "sdpa") -> None:
+        super().__init__()
         if window <= 0:
             raise ValueError(f"window must be positive, got {window}")
-        self.window, self.causal, self.core = window, causal, core_fn(impl)
+        self.window, self.kernel = window, core_fn(impl)
 
-    def _blocks(self, t: int) -> tuple[int, int, tuple[int, ...]]:
+    def _blocks(self, t: int, causal: bool) -> tuple[int, int, tuple[int, ...]]:
         block = min(self.window, t)
         nb = -(-t // block)
-        offsets = (0,) if nb == 1 else (-1, 0) if self.causal else (-1, 0, 1)
+        offsets = (0,) if nb == 1 else (-1, 0) if causal else (-1, 0, 1)
         return block, nb, offsets
 
-    def band_mask(self, t: int, device: torch.device | None = None) -> Tensor:
+    def band_mask(self, t: int, causal: bool = False, device: torch.device | None = None) -> Tensor:
         """The dense (T, T) reference mask the blocked computation equals."""
         i = torch.arange(t, device=device)
         dist = i[:, None] - i[None, :]
-        return (dist >= 0) & (dist <= self.window) if self.causal else dist.abs() <= self.window
+        return (dist >= 0) & (dist <= self.window) if causal else dist.abs() <= self.window
 
-    def mix(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, causal: bool = False,
+                offset: int = 0, dropout_p: float = 0.0, scale: float | None = None) -> Tensor:
         t = q.shape[2]
-        block, nb, offsets = self._blocks(t)
+        if bias is not None or offset or k.shape[2] != t:
+            _refuse(self, bias=bias is not None, cache=offset != 0, cross=k.shape[2] != t)
+        block, nb, offsets = self._blocks(t, causal)
         dev = q.device
         idx = torch.arange(nb, device=dev)[:, None] + torch.tensor(offsets, device=dev)   # (nb, K)
         kpos = _key_positions(idx, block)                                # (nb, K·blk), may be <0 or ≥T
         qpos = torch.arange(nb * block, device=dev).view(nb, block, 1)   # (nb, blk, 1)
         dist = qpos - kpos.unsqueeze(1)                                  # (nb, blk, K·blk)
-        keep = (dist >= 0) & (dist <= self.window) if self.causal else dist.abs() <= self.window
+        keep = (dist >= 0) & (dist <= self.window) if causal else dist.abs() <= self.window
         keep = keep & ((kpos >= 0) & (kpos < t)).unsqueeze(1)
         idx = torch.where((idx >= 0) & (idx < nb), idx, nb)              # out of range -> zero block
         qp = F.pad(q, (0, 0, 0, nb * block - t))                         # (B, H, nb·blk, hd)
-        return gathered_attention(qp, k, v, idx, keep, block, self.core)[:, :, :t]
+        return gathered_attention(qp, k, v, idx, keep, block, self.kernel, dropout_p, scale)[:, :, :t]
 
-    def mix_macs(self, batch: int, t: int) -> int:
-        block, nb, offsets = self._blocks(t)
-        return 2 * batch * self.n_heads * nb * block * len(offsets) * block * self.head_dim
+    def macs(self, heads: Heads, batch: int, t: int, s: int | None = None, causal: bool = False) -> int:
+        block, nb, offsets = self._blocks(t, causal)
+        return 2 * batch * heads.n_heads * nb * block * len(offsets) * block * heads.head_dim
+
+    def extra_repr(self) -> str:
+        return f"window={self.window}"
 
 
 @functools.lru_cache(maxsize=256)
@@ -188,23 +170,22 @@ def bigbird_pattern(nb: int, n_global: int, n_random: int, seed: int) -> tuple[t
     return tuple(rows)
 
 
-class BigBirdAttention(ProjectedAttention):
-    """BigBird-style block-sparse: blocks of ``block`` tokens; the first ``n_global`` blocks are
-    global (they see every key and every query sees them); every other query block sees its
-    window blocks (i−1, i, i+1) and ``n_random`` random blocks (seeded, fixed per length).
+class BigBirdCore(Core):
+    """BigBird-style block-sparse, bidirectional: blocks of ``block`` tokens; the first ``n_global``
+    blocks are global (they see every key and every query sees them); every other query block sees
+    its window blocks (i−1, i, i+1) and ``n_random`` random blocks (seeded, fixed per length).
 
     Global rows: exact attention over all T keys (g·block·T scores); the rest through
     :func:`gathered_attention` over (g + 3 + n_random)·block keys each — O(n) in all.
     """
 
-    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None, *, block: int,
-                 n_global: int = 1, n_random: int = 2, seed: int = 0, impl: AttnImpl = "sdpa",
-                 bias: bool = True) -> None:
-        super().__init__(d_model, n_heads, n_kv_heads, bias=bias)
+    def __init__(self, block: int, n_global: int = 1, n_random: int = 2, seed: int = 0,
+                 impl: AttnImpl = "sdpa") -> None:
+        super().__init__()
         if block <= 0 or n_global < 0 or n_random < 0:
             raise ValueError(f"need block > 0, n_global >= 0, n_random >= 0; got {block}, {n_global}, {n_random}")
         self.block, self.n_global, self.n_random, self.seed = block, n_global, n_random, seed
-        self.core = core_fn(impl)
+        self.kernel = core_fn(impl)
 
     def block_mask(self, t: int) -> Tensor:
         """(nb, nb) bool: query block i may see key block j."""
@@ -222,56 +203,68 @@ class BigBirdAttention(ProjectedAttention):
         m = self.block_mask(t)
         return m.repeat_interleave(self.block, 0).repeat_interleave(self.block, 1)[:t, :t]
 
-    def mix(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, causal: bool = False,
+                offset: int = 0, dropout_p: float = 0.0, scale: float | None = None) -> Tensor:
         t, blk, dev = q.shape[2], self.block, q.device
+        if bias is not None or causal or offset or k.shape[2] != t:
+            _refuse(self, bias=bias is not None, causal=causal, cache=offset != 0, cross=k.shape[2] != t)
         nb = -(-t // blk)
         g = min(self.n_global, nb)
         g_rows = min(g * blk, t)
         parts = []
         if g_rows:
-            parts.append(self.core(q[:, :, :g_rows], k, v, None, None))   # (B, H, g·blk, hd): all keys
+            parts.append(self.kernel(q[:, :, :g_rows], k, v, None, None, dropout_p, scale))   # (B, H, g·blk, hd)
         if g < nb:
             idx = torch.tensor(bigbird_pattern(nb, self.n_global, self.n_random, self.seed), device=dev)
             kpos = _key_positions(idx, blk)                              # (nb−g, K·blk)
             keep = (kpos < t).unsqueeze(1).expand(-1, blk, -1)             # padding blocks/tokens off
             qs = F.pad(q[:, :, g_rows:], (0, 0, 0, (nb - g) * blk - (t - g_rows)))   # (B, H, (nb−g)·blk, hd)
-            parts.append(gathered_attention(qs, k, v, idx, keep, blk, self.core)[:, :, :t - g_rows])
+            parts.append(gathered_attention(qs, k, v, idx, keep, blk, self.kernel, dropout_p, scale)[:, :, :t - g_rows])
         return torch.cat(parts, dim=2) if len(parts) > 1 else parts[0]   # (B, H, T, hd)
 
-    def mix_macs(self, batch: int, t: int) -> int:
+    def macs(self, heads: Heads, batch: int, t: int, s: int | None = None, causal: bool = False) -> int:
         nb = -(-t // self.block)
         g = min(self.n_global, nb)
         rows_global = min(g * self.block, t)
         width = g + 3 + self.n_random
         sparse = (nb - g) * self.block * width * self.block
-        return 2 * batch * self.n_heads * self.head_dim * (rows_global * t + sparse)
+        return 2 * batch * heads.n_heads * heads.head_dim * (rows_global * t + sparse)
+
+    def extra_repr(self) -> str:
+        return f"block={self.block}, n_global={self.n_global}, n_random={self.n_random}, seed={self.seed}"
 
 
-class LinformerAttention(ProjectedAttention):
-    """Linformer: keys and values projected along the sequence, n → ``proj_len``, by learned
-    E, F of shape (proj_len, max_seq_len) (shared across heads); softmax attention over the
-    projected keys through the shared core. A length T < max_seq_len uses E[:, :T]."""
+class LinformerCore(Core):
+    """Linformer, bidirectional: keys and values projected along the sequence, n → ``proj_len``, by
+    learned E, F of shape (proj_len, max_seq_len) (shared across heads); softmax attention over the
+    projected keys through the shared kernel. A length T < max_seq_len uses E[:, :T]."""
 
-    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None, *, max_seq_len: int,
-                 proj_len: int, impl: AttnImpl = "sdpa", bias: bool = True) -> None:
-        super().__init__(d_model, n_heads, n_kv_heads, bias=bias)
+    def __init__(self, max_seq_len: int, proj_len: int, impl: AttnImpl = "sdpa") -> None:
+        super().__init__()
         if proj_len <= 0 or max_seq_len <= 0:
             raise ValueError(f"proj_len and max_seq_len must be positive, got {proj_len}, {max_seq_len}")
-        self.max_seq_len, self.proj_len, self.core = max_seq_len, proj_len, core_fn(impl)
+        self.max_seq_len, self.proj_len, self.kernel = max_seq_len, proj_len, core_fn(impl)
         self.E = nn.Parameter(torch.randn(proj_len, max_seq_len) / math.sqrt(proj_len))
         self.F = nn.Parameter(torch.randn(proj_len, max_seq_len) / math.sqrt(proj_len))
 
-    def mix(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        t = q.shape[2]
-        if t > self.max_seq_len:
-            raise ValueError(f"Linformer projects at most max_seq_len={self.max_seq_len} tokens; got {t}")
-        k = torch.einsum("kn,bhnd->bhkd", self.E[:, :t], k)                # (B, Hkv, k, hd)
-        v = torch.einsum("kn,bhnd->bhkd", self.F[:, :t], v)                # (B, Hkv, k, hd)
-        return self.core(q, k, v, None, None)                             # (B, H, T, hd)
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, causal: bool = False,
+                offset: int = 0, dropout_p: float = 0.0, scale: float | None = None) -> Tensor:
+        s = k.shape[2]
+        if bias is not None or causal or offset:
+            _refuse(self, bias=bias is not None, causal=causal, cache=offset != 0)
+        if s > self.max_seq_len:
+            raise ValueError(f"Linformer projects at most max_seq_len={self.max_seq_len} tokens; got {s}")
+        k = torch.einsum("kn,bhnd->bhkd", self.E[:, :s], k)                # (B, Hkv, k, hd)
+        v = torch.einsum("kn,bhnd->bhkd", self.F[:, :s], v)                # (B, Hkv, k, hd)
+        return self.kernel(q, k, v, None, None, dropout_p, scale)         # (B, H, T, hd)
 
-    def mix_macs(self, batch: int, t: int) -> int:
-        projections = 2 * batch * self.n_kv_heads * self.proj_len * t * self.head_dim
-        return projections + 2 * batch * self.n_heads * t * self.proj_len * self.head_dim
+    def macs(self, heads: Heads, batch: int, t: int, s: int | None = None, causal: bool = False) -> int:
+        s = t if s is None else s
+        projections = 2 * batch * heads.n_kv_heads * self.proj_len * s * heads.head_dim
+        return projections + 2 * batch * heads.n_heads * t * self.proj_len * heads.head_dim
+
+    def extra_repr(self) -> str:
+        return f"max_seq_len={self.max_seq_len}, proj_len={self.proj_len}"
 
 
 def orthogonal_gaussian(m: int, d: int, seed: int = 0) -> Tensor:
@@ -286,40 +279,53 @@ def orthogonal_gaussian(m: int, d: int, seed: int = 0) -> Tensor:
     return w * torch.randn(m, d, generator=g, device="cpu").norm(dim=1, keepdim=True)
 
 
-class PerformerAttention(ProjectedAttention):
-    """Performer (FAVOR+), bidirectional: softmax(qkᵀ/√hd) ≈ φ(q)φ(k)ᵀ with positive orthogonal
-    random features φ(x) = exp(ωᵀx̂ − ‖x̂‖²/2)/√m, x̂ = x / hd^¼, so attention costs O(n·m·hd):
-    out = φ(Q)(φ(K)ᵀV) / φ(Q)(φ(K)ᵀ1). The ``n_features`` × hd matrix ω is a fixed buffer drawn
-    from ``seed``. The stabilisers (a per-query and a per-head max) cancel in the ratio."""
+class PerformerCore(Core):
+    """Performer (FAVOR+), bidirectional: exp(scale·q·k) ≈ φ(q)·φ(k) with positive orthogonal random
+    features φ(x) = exp(ωᵀx̂ − ‖x̂‖²/2)/√m, x̂ = x·√scale (scale 1/√hd: x̂ = x / hd^¼), so attention
+    costs O(n·m·hd): out = φ(Q)(φ(K)ᵀV) / φ(Q)(φ(K)ᵀ1). The ``n_features`` × ``head_dim`` matrix ω is
+    a fixed buffer drawn from ``seed``. The stabilisers (a per-query and a per-head max) cancel in
+    the ratio."""
 
-    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None, *, n_features: int,
-                 seed: int = 0, bias: bool = True, eps: float = 1e-6) -> None:
-        super().__init__(d_model, n_heads, n_kv_heads, bias=bias)
-        if n_features <= 0:
-            raise ValueError(f"n_features must be positive, got {n_features}")
-        self.n_features, self.eps = n_features, eps
-        omega = orthogonal_gaussian(n_features, self.head_dim, seed)
+    def __init__(self, head_dim: int, n_features: int, seed: int = 0, eps: float = 1e-6) -> None:
+        super().__init__()
+        if n_features <= 0 or head_dim <= 0:
+            raise ValueError(f"head_dim and n_features must be positive, got {head_dim}, {n_features}")
+        self.head_dim, self.n_features, self.eps = head_dim, n_features, eps
+        omega = orthogonal_gaussian(n_features, head_dim, seed)
         self.register_buffer("omega", omega.to(torch.get_default_device()))   # (m, hd); meta under fake builds
 
-    def features(self, x: Tensor, is_query: bool) -> Tensor:             # (…, T, hd) -> (…, T, m)
-        x = x * self.head_dim ** -0.25
+    def validate(self, heads: Heads) -> None:
+        if heads.head_dim != self.head_dim:
+            raise ValueError(f"PerformerCore drew features for head_dim {self.head_dim}, "
+                             f"the attention has head_dim {heads.head_dim}")
+
+    def features(self, x: Tensor, is_query: bool, scale: float | None = None) -> Tensor:
+        """φ(x): (…, T, hd) -> (…, T, m)."""
+        x = x * (self.head_dim ** -0.25 if scale is None else math.sqrt(scale))
         proj = x @ self.omega.T                                          # (…, T, m)
         half_sq = (x * x).sum(-1, keepdim=True) / 2                      # (…, T, 1)
         stab = proj.amax(-1, keepdim=True) if is_query else proj.amax((-2, -1), keepdim=True)
         return (torch.exp(proj - half_sq - stab.detach()) + self.eps) / math.sqrt(self.n_features)
 
-    def mix(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, causal: bool = False,
+                offset: int = 0, dropout_p: float = 0.0, scale: float | None = None) -> Tensor:
+        if bias is not None or causal or offset or dropout_p:
+            _refuse(self, bias=bias is not None, causal=causal, cache=offset != 0, dropout=dropout_p > 0)
         b, h, t, hd = q.shape
         hkv, m = k.shape[1], self.n_features
-        qf = self.features(q, True).view(b, hkv, h // hkv, t, m)          # (B, Hkv, G, T, m)
-        kf = self.features(k, False)                                     # (B, Hkv, T, m)
+        qf = self.features(q, True, scale).view(b, hkv, h // hkv, t, m)   # (B, Hkv, G, T, m)
+        kf = self.features(k, False, scale)                              # (B, Hkv, S, m)
         kv = kf.transpose(-2, -1) @ v                                    # (B, Hkv, m, hd)
         k_sum = kf.sum(dim=-2)                                           # (B, Hkv, m)
         num = qf @ kv.unsqueeze(2)                                       # (B, Hkv, G, T, hd)
         den = qf @ k_sum[:, :, None, :, None]                            # (B, Hkv, G, T, 1)
-        return (num / den).view(b, h, t, hd)
+        return (num / den).view(b, h, t, hd)                             # (B, H, T, hd)
 
-    def mix_macs(self, batch: int, t: int) -> int:
-        m, hd, h, hkv = self.n_features, self.head_dim, self.n_heads, self.n_kv_heads
-        feats = batch * (h + hkv) * t * hd * m                           # ωᵀx for queries and keys
-        return feats + batch * hkv * m * t * hd + batch * h * t * m * (hd + 1)
+    def macs(self, heads: Heads, batch: int, t: int, s: int | None = None, causal: bool = False) -> int:
+        s = t if s is None else s
+        m, hd, h, hkv = self.n_features, heads.head_dim, heads.n_heads, heads.n_kv_heads
+        feats = batch * (h * t + hkv * s) * hd * m                       # ωᵀx for queries and keys
+        return feats + batch * hkv * m * s * hd + batch * h * t * m * (hd + 1)
+
+    def extra_repr(self) -> str:
+        return f"head_dim={self.head_dim}, n_features={self.n_features}"
