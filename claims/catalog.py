@@ -5,9 +5,11 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from harness.claims.model import Claim, Published, Rule
-from harness.claims.rules import TESTS
+from claims.model import Claim, Published, Rule
+from claims.probes import load_all
+from claims.rules import TESTS
 from harness.errors import BenchInputError
+
 
 CATALOG = Path(__file__).with_name("claims.toml")
 CLAIM_KEYS = {"section", "title", "quote", "where", "probe", "rules", "document_figure", "published", "units", "needs",
@@ -35,7 +37,6 @@ def _rule(cid: str, raw: dict[str, Any], figures: tuple[str, ...]) -> Rule:
 
 def load_catalog(path: Path = CATALOG) -> list[Claim]:
     """All claims, in id order; a malformed entry is a BenchInputError naming the claim and key."""
-    from harness.claims.probes import load_all
     probes = load_all()
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))

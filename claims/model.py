@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
+
+from scipy import stats
+
 
 VerdictKind = Literal["supported", "partly supported", "contradicted", "inconclusive"]
 RuleStatus = Literal["pass", "fail", "unsure", "unavailable"]
@@ -45,7 +49,6 @@ class Figure:
 
 def mean_ci(values: Sequence[float], unit: str = "", note: str = "", confidence: float = 0.95) -> Figure:
     """Mean of per-seed ``values`` with a Student-t interval (a point when there is one value)."""
-    from scipy import stats
     xs = [float(v) for v in values if v is not None and math.isfinite(float(v))]
     if not xs:
         return Figure(float("nan"), unit=unit, note=note or "no finite values", n=0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from harness.claims.model import Evidence, Figure, Outcome, Rule
+from claims.model import Evidence, Figure, Outcome, Rule
 
 TESTS = ("within", "at_least", "at_most", "equals", "is_true")
 

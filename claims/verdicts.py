@@ -5,10 +5,10 @@ import time
 import traceback
 from typing import Callable
 
-from harness.claims.evidence import Context
-from harness.claims.model import Claim, Evidence, Verdict
-from harness.claims.probes import load_all
-from harness.claims.rules import combine, evaluate
+from claims.evidence import Context
+from claims.model import Claim, Evidence, Verdict
+from claims.probes import load_all
+from claims.rules import combine, evaluate
 
 
 def decide(claim: Claim, evidence: Evidence) -> Verdict:

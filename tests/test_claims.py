@@ -7,12 +7,12 @@ import math
 
 import pytest
 
-from harness.claims.catalog import load_catalog, select_claims
-from harness.claims.model import Evidence, Figure, Rule, mean_ci
-from harness.claims.rules import check, combine, evaluate
-from harness.claims.verdicts import decide
+from claims.catalog import load_catalog, select_claims
+from claims.model import Evidence, Figure, Rule, mean_ci
+from claims.rules import check, combine, evaluate
+from claims.verdicts import decide
 from harness.errors import BenchInputError
-from tests.conftest import invoke
+from tests.helpers import invoke
 
 WITHIN = Rule("k", "within", "exponent ≈ 2", lo=1.6, hi=2.2)
 
@@ -102,7 +102,7 @@ def test_catalog_validation(tmp_path, broken, message):
 
 
 def test_decide_on_a_real_probe_document_arithmetic():
-    from harness.claims.probes.vision import attention_arithmetic
+    from claims.probes.vision import attention_arithmetic
     claim = next(c for c in load_catalog() if c.id == "C26")
     assert decide(claim, attention_arithmetic(None)).verdict == "supported"   # type: ignore[arg-type]
     wrong = Evidence(figures={**attention_arithmetic(None).figures,            # type: ignore[arg-type]
@@ -126,9 +126,8 @@ def test_bench_claims_command_on_cheap_claims(tmp_path):
 
 def test_stored_suite_run_is_reused_only_with_the_same_cases(tmp_path):
     """A stored run is evidence only for the suite as it stands: a changed suite file is measured again."""
-    from harness.claims.evidence import Context
+    from claims.evidence import Context
     from harness.env import fingerprint
-    from harness.spec import Record
     from harness.store import Store
     from harness.suite import load_suite
     store = Store(f"sqlite:///{tmp_path / 's.sqlite'}")
@@ -138,10 +137,10 @@ def test_stored_suite_run_is_reused_only_with_the_same_cases(tmp_path):
     run_id = store.create_run(suite.name, "suites/heads.toml", True, len(cases), fingerprint(threads=1),
                               {"sets": {"threads": 1}})
     for c in cases:
-        store.add_record(run_id, Record.for_case(c, "ok"))
+        store.add_record(run_id, c.record("ok"))
     store.finish_run(run_id)
     keys = {c.key for c in cases}
-    assert ctx._stored_run("heads", {"threads": 1}, keys)["id"] == run_id
+    assert ctx._stored_run("heads", {"threads": 1}, keys).id == run_id
     assert ctx._stored_run("heads", {"threads": 1}, keys - {cases[0].key}) is None     # a case removed
     assert ctx._stored_run("heads", {"threads": 1}, keys | {"new-case"}) is None        # a case added
     assert ctx._stored_run("heads", {"threads": 2}, keys) is None                       # other --set
@@ -150,7 +149,7 @@ def test_stored_suite_run_is_reused_only_with_the_same_cases(tmp_path):
 @pytest.mark.parametrize("arch", ["lstm-small", "conv1d-small"])
 def test_one_layer_macs_grow_as_d_squared(arch):
     """C04's d-ratio is taken per layer (2 layers − 1 layer), so embedding and head (linear in d) cancel."""
-    from harness.claims.probes.cost import layer_macs
+    from claims.probes.cost import layer_macs
     ratio = layer_macs(arch, 512, 256) / layer_macs(arch, 256, 256)
     assert 3.9 <= ratio <= 4.0
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.claims.catalog import load_catalog
-from harness.claims.model import Evidence, Figure
-from harness.claims.probes import analytic_params, blocks
-from harness.claims.verdicts import decide
+from claims.catalog import load_catalog
+from claims.model import Evidence, Figure
+from claims.probes import analytic_params, blocks
+from claims.verdicts import decide
 from harness.registry import resolve
-from reports.claims_view import to_record
+from claims.record import to_record
 
 EXPECTED = {"C31": "partly supported", "C32": "partly supported", "C33": "partly supported", "C34": "supported",
             "C35": "supported", "C36": "contradicted", "C37": "supported", "C38": "partly supported",

@@ -7,9 +7,10 @@ import math
 import pytest
 import torch
 
-from harness.claims.experiments import causal, kv_heads, positions
-from harness.claims.experiments.lm_train import build_lm
-from harness.claims.experiments.text_data import VOCAB, load_corpus, recall_task, sample_batch
+from claims.experiments import causal, kv_heads, positions
+from architectures.transformer import counterfactual
+from claims.experiments.lm_train import build_lm
+from claims.experiments.text_data import VOCAB, load_corpus, recall_task, sample_batch
 from harness.flops import count_params
 
 TINY = dict(d_model=32, n_layers=1, n_heads=4, seq_len=8, steps=3, batch=4, warmup=1, eval_windows=4,
@@ -113,7 +114,7 @@ def test_causal_run_structure_and_future_check():
 def test_future_change_detects_the_mask_on_an_untrained_model():
     tokens = torch.randint(0, VOCAB, (2, 12), generator=torch.Generator().manual_seed(0))
     masked = build_lm(0, d_model=32, n_layers=1, n_heads=4)
-    open_ = build_lm(0, d_model=32, n_layers=1, n_heads=4, causal=False)
+    open_ = counterfactual(build_lm(0, d_model=32, n_layers=1, n_heads=4), causal=False)
     assert causal.future_change(masked, tokens, 5) < 1e-5
     assert causal.future_change(open_, tokens, 5) > 1e-3
     assert count_params(masked) == count_params(open_)

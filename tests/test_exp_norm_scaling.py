@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from harness.claims.experiments import attn_scaling as AS
-from harness.claims.experiments import norm_placement as NP
+from claims.experiments import attn_scaling as AS
+from claims.experiments import norm_placement as NP
 
 TINY_TASK = NP.Task(n_symbols=6, length=4)
 NP_TINY = replace(NP.QUICK, task=TINY_TASK, d_model=16, n_heads=2, grad_depths=(1, 3), grad_batch=8,

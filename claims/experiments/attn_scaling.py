@@ -3,14 +3,13 @@
 (a) Numeric, no training: unit-variance q and k at several d_k — the variance of q·k unscaled and
     scaled, the share of saturated softmax rows (max probability > 0.99), and the mean Frobenius
     norm of the softmax Jacobian diag(p) − p pᵀ per row (the gradient that flows through softmax).
-(b) A short training run on the copy task of :mod:`norm_placement` with a large head dim, scaled
-    (the default 1/√d_head) vs unscaled (``attn_scale=1.0``): held-out loss/accuracy at fixed steps
-    and at the end, and the gradient norm of the q/k projection weights at the first step.
+(b) A short training run on the copy task of :mod:`claims.experiments.copy_task` with a large head dim,
+    scaled (the default 1/√d_head) vs unscaled (``attn_scale=1.0``): held-out loss/accuracy at fixed
+    steps and at the end, and the gradient norm of the q/k projection weights at the first step.
 """
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -18,9 +17,9 @@ import torch
 from torch import Tensor, nn
 
 from architectures.layers.attention import causal_mask
-
-from harness.claims.experiments.norm_placement import (
-    Task, build, finite_or_none, make_batch, per_seed_results, result_header, task_loss, train)
+from architectures.transformer import counterfactual
+from claims.experiments.copy_task import Task, build, held_out, make_batch, outcome, task_loss, train
+from claims.experiments.runner import Experiment, Fields, Seeds, finite_or_none, per_seed, sweep, timed
 from harness.flops import count_params
 
 
@@ -98,13 +97,11 @@ def softmax_stats(d_k: int, n_keys: int, n_rows: int, saturation: float, vanish_
     return out
 
 
-def numeric(setup: Setup, seeds: tuple[int, ...]) -> dict[str, Any]:
+def numeric(setup: Setup, seeds: Seeds) -> dict[str, Any]:
     """Per d_k: every statistic as a list over seeds."""
-    res: dict[str, Any] = {}
-    for d_k in setup.d_ks:
-        per_seed = [softmax_stats(d_k, setup.n_keys, setup.n_rows, setup.saturation, setup.vanish_tol, s)
-                    for s in seeds]
-        res[str(d_k)] = {key: [r[key] for r in per_seed] for key in per_seed[0]}
+    res: dict[str, Any] = {str(d_k): per_seed([softmax_stats(d_k, setup.n_keys, setup.n_rows, setup.saturation,
+                                                             setup.vanish_tol, s) for s in seeds])
+                           for d_k in setup.d_ks}
     # reference: the Jacobian norm of the uniform distribution over n_keys, the unsaturated extreme
     n = setup.n_keys
     res["uniform_jacobian"] = math.sqrt(1 / n - 2 / n ** 2 + 1 / n ** 2)
@@ -115,7 +112,7 @@ def numeric(setup: Setup, seeds: tuple[int, ...]) -> dict[str, Any]:
 # (b) training
 # ------------------------------------------------------------------------------------------------
 
-def qk_grad_norms(model: torch.nn.Module) -> tuple[float, float]:
+def qk_grad_norms(model: nn.Module) -> tuple[float, float]:
     """(q, k) projection weight-gradient norms over all layers (self-attention's fused qkv)."""
     gq = gk = 0.0
     for block in model.stack.blocks:
@@ -139,58 +136,46 @@ def init_probe(model: nn.Module, setup: Setup, scale: float | None, seed: int) -
     hook.remove()
     gq, gk = qk_grad_norms(model)
     b, t, _ = seen["qkv"].shape
-    hd, h = attn.head_dim, attn.n_heads
-    q, k = seen["qkv"][..., :h * hd], seen["qkv"][..., h * hd:h * hd + attn.n_kv_heads * hd]
-    q = q.view(b, t, h, hd).transpose(1, 2)
-    k = k.view(b, t, attn.n_kv_heads, hd).transpose(1, 2).repeat_interleave(h // attn.n_kv_heads, 1)
+    hd, h, hkv = attn.head_dim, attn.n_heads, attn.n_kv_heads
+    q, k = seen["qkv"][..., :h * hd], seen["qkv"][..., h * hd:(h + hkv) * hd]           # (B, T, H·hd), (B, T, Hkv·hd)
+    q = q.view(b, t, h, hd).transpose(1, 2)                                            # (B, H, T, hd)
+    k = k.view(b, t, hkv, hd).transpose(1, 2).repeat_interleave(h // hkv, 1)          # (B, H, T, hd)
     s = (q @ k.transpose(-2, -1)) * (1 / math.sqrt(hd) if scale is None else scale)   # (B, H, T, T)
     keep = causal_mask(t, t, s.device)
     p = s.masked_fill(~keep, float("-inf")).softmax(-1)[:, :, 1:]                    # rows with ≥ 2 keys
-    return dict(grad_q=gq, grad_k=gk, logit_std=float(s[..., keep].std()),
-                saturated=float((p.max(-1).values > setup.saturation).float().mean()))
+    return {"init_grad_q": gq, "init_grad_k": gk, "init_logit_std": float(s[..., keep].std()),
+            "init_saturated": float((p.max(-1).values > setup.saturation).float().mean())}
 
 
-def training(setup: Setup, seeds: tuple[int, ...]) -> dict[str, Any]:
-    task = setup.task
-    held_out = make_batch(task, setup.held_out, torch.Generator().manual_seed(999_999))
-    res: dict[str, Any] = {}
-    for name, scale in VARIANTS.items():
-        probes, runs = [], []
-        for seed in seeds:
-            model = build(task, seed, d_model=setup.d_model, n_heads=setup.n_heads,
-                          n_layers=setup.n_layers, attn_scale=scale)
-            probes.append(init_probe(model, setup, scale, seed))          # train() zeroes its grads
-            runs.append(train(model, task, steps=setup.steps, batch=setup.batch, lr=setup.lr,
-                              warmup=round(setup.warmup * setup.steps), seed=seed, held_out=held_out,
-                              probe_at=setup.probe_at))
-        res[name] = {
-            "attn_scale": scale,
-            "init_grad_q": [p["grad_q"] for p in probes],
-            "init_grad_k": [p["grad_k"] for p in probes],
-            "init_logit_std": [p["logit_std"] for p in probes],
-            "init_saturated": [p["saturated"] for p in probes],
-            "loss_at": {k: [finite_or_none(r["probes"][k]) for r in runs] for k in map(str, setup.probe_at)},
-            **per_seed_results(runs),
-        }
-    return res
+def _build(setup: Setup, seed: int) -> nn.Module:
+    return build(setup.task, seed, d_model=setup.d_model, n_heads=setup.n_heads, n_layers=setup.n_layers)
 
 
-def run(quick: bool = True, seeds: tuple[int, ...] = (0, 1, 2), setup: Setup | None = None) -> dict:
-    setup = setup or (QUICK if quick else FULL)
-    seeds = tuple(seeds)
-    t0 = time.perf_counter()
-    num = numeric(setup, seeds)
-    t1 = time.perf_counter()
-    trained = training(setup, seeds)
-    t2 = time.perf_counter()
-    params = count_params(build(setup.task, 0, d_model=setup.d_model, n_heads=setup.n_heads,
-                                n_layers=setup.n_layers))
-    return {
-        **result_header("C07", setup, seeds),
-        "numeric": num,
-        "training": trained,
-        "scale": {"params": params, "d_head": setup.d_model // setup.n_heads, "steps": setup.steps,
-                  "seq_len": setup.task.seq_len, "batch": setup.batch,
-                  "wall_seconds": time.perf_counter() - t0,
-                  "wall_seconds_numeric": t1 - t0, "wall_seconds_training": t2 - t1},
-    }
+def training(setup: Setup, seeds: Seeds) -> dict[str, Any]:
+    """Per variant (scaled, unscaled): the init probe, the held-out loss at ``probe_at`` and the final
+    outcome, as lists over seeds."""
+    held = held_out(setup.task, setup.held_out)
+
+    def trial(scale: float | None, seed: int) -> Fields:
+        model = counterfactual(_build(setup, seed), attn_scale=scale)
+        probe = init_probe(model, setup, scale, seed)                   # train() zeroes its grads
+        r = train(model, setup.task, steps=setup.steps, batch=setup.batch, lr=setup.lr,
+                  warmup=round(setup.warmup * setup.steps), seed=seed, held_out=held, probe_at=setup.probe_at)
+        return {**probe, "loss_at": {k: finite_or_none(r["probes"][k]) for k in map(str, setup.probe_at)},
+                **outcome(r)}
+
+    runs = sweep(VARIANTS, seeds, trial)
+    return {name: {"attn_scale": VARIANTS[name], **r} for name, r in runs.items()}
+
+
+def measure(setup: Setup, seeds: Seeds) -> tuple[Fields, Fields]:
+    num, t_num = timed(numeric, setup, seeds)
+    trained, t_train = timed(training, setup, seeds)
+    return ({"trivial_loss": setup.task.trivial_loss, "numeric": num, "training": trained},
+            {"params": count_params(_build(setup, 0)), "d_head": setup.d_model // setup.n_heads,
+             "steps": setup.steps, "seq_len": setup.task.seq_len, "batch": setup.batch,
+             "wall_seconds_numeric": t_num, "wall_seconds_training": t_train})
+
+
+EXPERIMENT = Experiment("C07", QUICK, FULL, measure)
+run = EXPERIMENT.run

@@ -9,15 +9,16 @@ measure the largest change of the logits at positions ≤ i (≈0 with the mask;
 """
 from __future__ import annotations
 
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from functools import partial
 
 import torch
 
-from harness.claims.experiments.lm_train import (LMSetup, build_lm, eval_windows, last_position_loss,
-                                                 position_losses, train_lm)
-from harness.claims.experiments.text_data import VOCAB, load_corpus
-from harness.flops import count_params
+from architectures.transformer import counterfactual
+from claims.experiments.lm_train import (LMSetup, build_lm, eval_windows, last_position_loss, position_losses,
+                                         train_variants)
+from claims.experiments.runner import Experiment, Fields, Seeds
+from claims.experiments.text_data import VOCAB, load_corpus
 
 DATA = ("Byte-level language modelling of CPython's own standard-library source (the top-level *.py "
         "files in sorted order, first 3 MB: ~2.65M training tokens from 95 files, ~0.35M validation "
@@ -25,6 +26,9 @@ DATA = ("Byte-level language modelling of CPython's own standard-library source 
         "causal mask (QUICK: d_model 128, 2 layers, 8 heads, ~0.43M parameters, 200 steps × 32 windows × "
         "64 tokens ≈ 0.4M tokens each; FULL: 4 layers, 400 steps, ~4× the compute). Honest evaluation on 512 "
         "(FULL: 1024) fixed validation prefixes, predicting the token after each.")
+
+MODELS = {"causal": True, "no_mask": False}
+PREFIX_SEED = 4321
 
 
 @dataclass(frozen=True)
@@ -39,8 +43,9 @@ FULL = Setup(d_model=128, n_layers=4, n_heads=8, seq_len=64, steps=400, batch=32
              eval_windows=256, prefixes=1024)
 
 
-def arch(s: Setup, causal: bool) -> dict:
-    return s.arch(causal=causal)
+def build(s: Setup, causal: bool, seed: int) -> torch.nn.Module:
+    """The decoder of ``s`` initialised from ``seed``, with or without its causal mask (the same weights)."""
+    return counterfactual(build_lm(seed, **s.arch()), causal=causal)
 
 
 @torch.no_grad()
@@ -54,44 +59,25 @@ def future_change(model: torch.nn.Module, tokens: torch.Tensor, i: int, seed: in
     return float((a - b).abs().max())
 
 
-def run(quick: bool = True, seeds: tuple[int, ...] = (0, 1, 2), setup: Setup | None = None) -> dict:
-    s = setup or (QUICK if quick else FULL)
-    t0 = time.perf_counter()
+def measure(s: Setup, seeds: Seeds) -> tuple[Fields, Fields]:
     corpus = load_corpus(s.corpus_bytes)
     val_windows = eval_windows(corpus.val, s.seq_len, s.eval_windows)
-    prefixes = eval_windows(corpus.val, s.seq_len, s.prefixes, seed=4321)
+    prefixes = eval_windows(corpus.val, s.seq_len, s.prefixes, seed=PREFIX_SEED)
     check = val_windows[: s.check_batch, :-1]
-    models: dict[str, dict] = {}
-    for name, causal in (("causal", True), ("no_mask", False)):
-        models[name] = {"causal": causal, "params": count_params(build_lm(0, **arch(s, causal))),
-                        "train_loss": [], "loss_curve": [], "val_loss_all_positions": [],
-                        "val_acc_all_positions": [], "gen_loss_last_position": [], "gen_acc_last_position": [],
-                        "future_change_max_abs": [], "train_seconds": []}
-    for seed in seeds:
-        for name, entry in models.items():
-            model = build_lm(seed, **arch(s, entry["causal"]))
-            tr = train_lm(model, corpus.train, s, seed)
-            loss, acc = position_losses(model, val_windows, s.eval_batch)
-            gen = last_position_loss(model, prefixes, s.eval_batch)
-            entry["train_loss"].append(tr["final_loss"])
-            entry["loss_curve"].append(tr["losses"])
-            entry["train_seconds"].append(tr["seconds"])
-            entry["val_loss_all_positions"].append(float(loss.mean()))   # with the future visible if no mask
-            entry["val_acc_all_positions"].append(float(acc.mean()))
-            entry["gen_loss_last_position"].append(gen["loss"])
-            entry["gen_acc_last_position"].append(gen["acc"])
-            entry["future_change_max_abs"].append(future_change(model, check, s.seq_len // 2, seed))
+
+    def honest(model: torch.nn.Module, seed: int) -> Fields:
+        loss, acc = position_losses(model, val_windows, s.eval_batch)      # the future visible if no mask
+        gen = last_position_loss(model, prefixes, s.eval_batch)
+        return {"val_loss_all_positions": float(loss.mean()), "val_acc_all_positions": float(acc.mean()),
+                "gen_loss_last_position": gen["loss"], "gen_acc_last_position": gen["acc"],
+                "future_change_max_abs": future_change(model, check, s.seq_len // 2, seed)}
+
+    trained, scale = train_variants(s, seeds, corpus, {n: partial(build, s, c) for n, c in MODELS.items()}, honest)
+    models = {name: {"causal": MODELS[name], **m} for name, m in trained.items()}
     c, n = models["causal"], models["no_mask"]
-    return {
-        "claim": "C18",
-        "setup": asdict(s), "seeds": list(seeds), "data": corpus.info(),
-        "models": models,
-        "no_mask_minus_causal": {
-            "train_loss": [a - b for a, b in zip(n["train_loss"], c["train_loss"])],
-            "gen_loss_last_position": [a - b for a, b in zip(n["gen_loss_last_position"],
-                                                             c["gen_loss_last_position"])],
-        },
-        "scale": {"params": {k: v["params"] for k, v in models.items()},
-                  "tokens_trained": s.steps * s.batch * s.seq_len, "steps": s.steps, "seq_len": s.seq_len,
-                  "models_trained": 2 * len(seeds), "wall_seconds": time.perf_counter() - t0},
-    }
+    gap = {key: [a - b for a, b in zip(n[key], c[key])] for key in ("train_loss", "gen_loss_last_position")}
+    return {"data": corpus.info(), "models": models, "no_mask_minus_causal": gap}, scale
+
+
+EXPERIMENT = Experiment("C18", QUICK, FULL, measure)
+run = EXPERIMENT.run

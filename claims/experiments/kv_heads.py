@@ -10,16 +10,16 @@ bytes a real ``KVCache`` holds after a forward.
 """
 from __future__ import annotations
 
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
 
 from architectures.transformer_cost import decoder_params, kv_cache_bytes
-from harness.claims.experiments.lm_train import LMSetup, build_lm, evaluate, train_lm
-from harness.claims.experiments.text_data import VOCAB, load_corpus
-from harness.flops import count_params
+from claims.experiments.lm_train import LMSetup, build_lm, evaluate, train_variants
+from claims.experiments.runner import Experiment, Fields, Seeds, relative
+from claims.experiments.text_data import VOCAB, load_corpus
 from harness.registry import resolve
 
 DATA = ("Byte-level language modelling of CPython's own standard-library source (the top-level *.py "
@@ -82,56 +82,44 @@ def measured_kv_bytes_per_token(model: torch.nn.Module, tokens: torch.Tensor) ->
     return sum(c.nbytes() for c in caches) / tokens.numel()
 
 
-def _rel(a: float, b: float) -> float:
-    return a / b - 1 if b else float("nan")
+def cache(s: Setup, kv: int, d_ff: int) -> Fields:
+    """The variant's K/V heads, FFN width and KV-cache bytes per token (formula, and a real cache at fp32)."""
+    probe = torch.randint(0, VOCAB, (2, 16), generator=torch.Generator().manual_seed(0))
+    return {"kv_heads": kv, "d_ff": d_ff,
+            "kv_bytes_per_token_formula_fp32": kv_bytes_per_token(s, kv, 4),
+            "kv_bytes_per_token_measured_fp32": measured_kv_bytes_per_token(build_lm(0, **arch(s, kv, d_ff)), probe),
+            f"kv_bytes_per_token_{8 * s.cache_dtype_bytes}bit": kv_bytes_per_token(s, kv, s.cache_dtype_bytes)}
 
 
-def run(quick: bool = True, seeds: tuple[int, ...] = (0, 1, 2), setup: Setup | None = None) -> dict:
-    s = setup or (QUICK if quick else FULL)
+def vs_mha(v: Fields, mha: Fields) -> Fields:
+    """Parameters and cache relative to MHA, and per seed the loss/accuracy relative to MHA trained from the
+    same seed on the same batches (+ = worse)."""
+    formula = "kv_bytes_per_token_formula_fp32"
+    return {"params_rel_to_mha": v["params"] / mha["params"] - 1,
+            "kv_cache_ratio_vs_mha": v[formula] / mha[formula],
+            "kv_bytes_match": v[formula] == v["kv_bytes_per_token_measured_fp32"],
+            "rel_loss_vs_mha": [relative(a, b) for a, b in zip(v["val_loss"], mha["val_loss"])],
+            "rel_acc_vs_mha": [relative(a, b) for a, b in zip(v["val_acc"], mha["val_acc"])],
+            "acc_diff_vs_mha": [a - b for a, b in zip(v["val_acc"], mha["val_acc"])]}
+
+
+def measure(s: Setup, seeds: Seeds) -> tuple[Fields, Fields]:
     if s.kv_heads[0] != s.n_heads:
         raise ValueError(f"the first variant must be MHA (kv_heads[0] == n_heads == {s.n_heads})")
-    t0 = time.perf_counter()
     corpus = load_corpus(s.corpus_bytes)
-    names = [variant_name(kv, s.n_heads) for kv in s.kv_heads]
-    variants: dict[str, dict] = {}
-    for name, kv in zip(names, s.kv_heads):
-        d_ff = matched_d_ff(s, kv)                                     # MHA: the base width
-        model = build_lm(0, **arch(s, kv, d_ff))
-        probe = torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(0))
-        variants[name] = {
-            "kv_heads": kv, "d_ff": d_ff, "params": count_params(model),
-            "kv_bytes_per_token_formula_fp32": kv_bytes_per_token(s, kv, 4),
-            "kv_bytes_per_token_measured_fp32": measured_kv_bytes_per_token(model, probe),
-            f"kv_bytes_per_token_{8 * s.cache_dtype_bytes}bit": kv_bytes_per_token(s, kv, s.cache_dtype_bytes),
-            "val_loss": [], "val_acc": [], "train_loss": [], "loss_curve": [], "train_seconds": [],
-        }
-    mha = variants[names[0]]
-    for v in variants.values():
-        v["params_rel_to_mha"] = v["params"] / mha["params"] - 1
-        v["kv_cache_ratio_vs_mha"] = v["kv_bytes_per_token_formula_fp32"] / mha["kv_bytes_per_token_formula_fp32"]
-        v["kv_bytes_match"] = v["kv_bytes_per_token_formula_fp32"] == v["kv_bytes_per_token_measured_fp32"]
-    for seed in seeds:
-        for name, kv in zip(names, s.kv_heads):
-            v = variants[name]
-            model = build_lm(seed, **arch(s, kv, v["d_ff"]))
-            tr = train_lm(model, corpus.train, s, seed)
-            ev = evaluate(model, corpus.val, s.seq_len, s.eval_windows, s.eval_batch)
-            v["val_loss"].append(ev["loss"])
-            v["val_acc"].append(ev["acc"])
-            v["train_loss"].append(tr["final_loss"])
-            v["loss_curve"].append(tr["losses"])
-            v["train_seconds"].append(tr["seconds"])
-    for v in variants.values():
-        # per seed, relative to MHA trained from the same seed on the same batches (+ = worse)
-        v["rel_loss_vs_mha"] = [_rel(a, b) for a, b in zip(v["val_loss"], mha["val_loss"])]
-        v["rel_acc_vs_mha"] = [_rel(a, b) for a, b in zip(v["val_acc"], mha["val_acc"])]
-        v["acc_diff_vs_mha"] = [a - b for a, b in zip(v["val_acc"], mha["val_acc"])]
-    return {
-        "claim": "C10/C11",
-        "setup": asdict(s), "seeds": list(seeds), "data": corpus.info(),
-        "variants": variants,
-        "scale": {"params": {n: v["params"] for n, v in variants.items()},
-                  "tokens_trained": s.steps * s.batch * s.seq_len, "steps": s.steps,
-                  "seq_len": s.seq_len, "models_trained": len(seeds) * len(names),
-                  "wall_seconds": time.perf_counter() - t0},
-    }
+    shapes = {variant_name(kv, s.n_heads): (kv, matched_d_ff(s, kv)) for kv in s.kv_heads}   # MHA: base d_ff
+    builds = {name: partial(build_lm, **arch(s, kv, d_ff)) for name, (kv, d_ff) in shapes.items()}
+
+    def val(model: torch.nn.Module, seed: int) -> Fields:
+        ev = evaluate(model, corpus.val, s.seq_len, s.eval_windows, s.eval_batch)
+        return {"val_loss": ev["loss"], "val_acc": ev["acc"]}
+
+    trained, scale = train_variants(s, seeds, corpus, builds, val)
+    variants = {name: {**cache(s, *shapes[name]), **v} for name, v in trained.items()}
+    mha = variants[variant_name(s.n_heads, s.n_heads)]
+    variants = {name: {**v, **vs_mha(v, mha)} for name, v in variants.items()}
+    return {"data": corpus.info(), "variants": variants}, scale
+
+
+EXPERIMENT = Experiment("C10/C11", QUICK, FULL, measure)
+run = EXPERIMENT.run

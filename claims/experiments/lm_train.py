@@ -1,15 +1,16 @@
-"""One small language-model training loop and its evaluation helpers (CPU-sized).
+"""The byte-level language-model experiments' shared part (C10/C11, C14–C16, C18), CPU-sized.
 
-:func:`train_lm`: AdamW, linear warm-up then cosine decay to 10%, gradient clipping,
-random corpus windows from a seeded generator; returns the loss curve. :func:`eval_windows` gives a
-fixed set of validation windows (its own seed, so every model sees the same ones), and
-:func:`position_losses` the per-position next-token loss and accuracy over them.
-The caller owns torch's thread count.
+:func:`train_variants` trains every variant × seed of an experiment on the same corpus with
+:func:`train_lm` (AdamW β = 0.9, 0.95, linear warm-up then cosine decay to 10%, gradient clipping,
+random corpus windows from a seeded generator) and returns per variant its parameter count and
+per-seed lists, plus the scale record. :func:`eval_windows` gives a fixed set of validation windows
+(its own seed, so every model sees the same ones), :func:`position_losses` the per-position next-token
+loss and accuracy over them.
 """
 from __future__ import annotations
 
-import math
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,11 +18,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from harness.claims.experiments.optim import adamw
-from harness.claims.experiments.text_data import VOCAB, sample_batch, sample_windows
+from claims.experiments.runner import Fields, Seeds, sweep
+from claims.experiments.text_data import VOCAB, Corpus, sample_batch, sample_windows
+from claims.experiments.train import adamw, fit, lr_at
+from harness.flops import count_params
 from harness.registry import resolve
 
 EVAL_SEED = 1234
+FINAL_LR = 0.1                   # the cosine decays to this share of the peak learning rate
 
 
 @dataclass(frozen=True)
@@ -56,38 +60,44 @@ def build_lm(seed: int, **overrides: Any) -> nn.Module:
     return spec.build(spec.config)
 
 
-def lr_at(step: int, s: LMSetup) -> float:
-    if step < s.warmup:
-        return s.lr * (step + 1) / s.warmup
-    frac = (step - s.warmup) / max(1, s.steps - s.warmup)
-    return s.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
-
-
-def train_lm(model: nn.Module, data: Tensor, s: LMSetup, seed: int, log_every: int = 10) -> dict:
+def train_lm(model: nn.Module, data: Tensor, s: LMSetup, seed: int, log_every: int = 10) -> dict[str, Any]:
     """Train next-token prediction on random windows of ``data``; returns ``losses`` (the mean over
     each ``log_every`` steps), ``final_loss`` (mean of the last 10% of steps), tokens and seconds."""
     g = torch.Generator().manual_seed(10_000 + seed)
-    opt = adamw(model, s.lr, s.weight_decay, betas=(0.9, 0.95))
-    model.train()
+
+    def loss_at(step: int) -> Tensor:
+        x, y = sample_batch(data, s.batch, s.seq_len, g)                      # (B, T), (B, T)
+        logits = model(x)                                                     # (B, T, V)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
     t0 = time.perf_counter()
-    per_step: list[float] = []
-    for step in range(s.steps):
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, s)
-        x, y = sample_batch(data, s.batch, s.seq_len, g)
-        logits = model(x)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), s.clip)
-        opt.step()
-        per_step.append(loss.item())
-    model.eval()
+    per_step = fit(model, adamw(model, s.lr, s.weight_decay, betas=(0.9, 0.95)), s.steps,
+                   lambda step: lr_at(step, s.steps, s.lr, s.warmup, FINAL_LR), loss_at, clip=s.clip)
+    seconds = time.perf_counter() - t0
     curve = [sum(per_step[i:i + log_every]) / len(per_step[i:i + log_every])
              for i in range(0, len(per_step), log_every)]
     tail = per_step[-max(1, len(per_step) // 10):]
     return {"losses": curve, "log_every": log_every, "final_loss": sum(tail) / len(tail),
-            "tokens": s.steps * s.batch * s.seq_len, "seconds": time.perf_counter() - t0}
+            "tokens": s.steps * s.batch * s.seq_len, "seconds": seconds}
+
+
+def train_variants(s: LMSetup, seeds: Seeds, corpus: Corpus, builds: Mapping[str, Callable[[int], nn.Module]],
+                   evaluate: Callable[[nn.Module, int], Fields]) -> tuple[dict[str, Fields], Fields]:
+    """Every variant (``builds[name](seed)`` makes its model) × seed trained on ``corpus.train``, then
+    ``evaluate(model, seed)``. Returns per variant ``params`` and the per-seed lists ``train_loss``,
+    ``loss_curve``, ``train_seconds`` and ``evaluate``'s keys; and the scale record."""
+    def trial(build: Callable[[int], nn.Module], seed: int) -> Fields:
+        model = build(seed)
+        tr = train_lm(model, corpus.train, s, seed)
+        return {"train_loss": tr["final_loss"], "loss_curve": tr["losses"], "train_seconds": tr["seconds"],
+                **evaluate(model, seed)}
+
+    trained = sweep(builds, seeds, trial)
+    variants = {name: {"params": count_params(build(0)), **trained[name]} for name, build in builds.items()}
+    scale = {"params": {name: v["params"] for name, v in variants.items()},
+             "tokens_trained": s.steps * s.batch * s.seq_len, "steps": s.steps, "seq_len": s.seq_len,
+             "models_trained": len(seeds) * len(builds)}
+    return variants, scale
 
 
 def eval_windows(data: Tensor, length: int, n: int, seed: int = EVAL_SEED) -> Tensor:

@@ -11,13 +11,14 @@ with the error message.
 """
 from __future__ import annotations
 
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from functools import partial
 
-from harness.claims.experiments.lm_train import (LMSetup, build_lm, eval_windows, position_losses,
-                                                 train_lm)
-from harness.claims.experiments.text_data import load_corpus
-from harness.flops import count_params
+from torch import Tensor, nn
+
+from claims.experiments.lm_train import LMSetup, build_lm, eval_windows, position_losses, train_variants
+from claims.experiments.runner import Experiment, Fields, Seeds
+from claims.experiments.text_data import load_corpus
 
 DATA = ("Byte-level language modelling of CPython's own standard-library source (the top-level *.py "
         "files in sorted order, first 3 MB: ~2.65M training tokens from 95 files, ~0.35M validation "
@@ -46,64 +47,53 @@ def arch(s: Setup, scheme: str) -> dict:
     return s.arch(positions=scheme, max_seq_len=s.seq_len)     # learned table exactly L long
 
 
-def run(quick: bool = True, seeds: tuple[int, ...] = (0, 1, 2), setup: Setup | None = None) -> dict:
-    s = setup or (QUICK if quick else FULL)
+def at_length(model: nn.Module, windows: Tensor, L: int, batch: int) -> Fields:
+    """Loss and accuracy over all positions of ``windows``, over the first L and past L (None at 1×L),
+    and per block of L; all None, with the error, where the model cannot run that long."""
+    try:
+        loss, acc = position_losses(model, windows, batch)
+    except ValueError as exc:                   # learned positions past max_seq_len
+        return {"loss": None, "acc": None, "loss_first_L": None, "loss_beyond_L": None, "blocks": None,
+                "error": str(exc)}
+    return {"loss": float(loss.mean()), "acc": float(acc.mean()), "loss_first_L": float(loss[:L].mean()),
+            "loss_beyond_L": float(loss[L:].mean()) if len(loss) > L else None,
+            "blocks": [float(b.mean()) for b in loss.split(L)], "error": None}
+
+
+def by_multiple(seeds: Fields, k: int, L: int, base: list[float]) -> Fields:
+    """One evaluation length's per-seed lists (from :func:`at_length`), with the ratios to the loss at 1×L."""
+    errors = [e for e in seeds["error"] if e]
+    m = {"length": k * L, "available": not errors, "error": errors[-1] if errors else None,
+         "loss": seeds["loss"], "acc": seeds["acc"], "loss_first_L": seeds["loss_first_L"],
+         "loss_beyond_L": seeds["loss_beyond_L"] if k > 1 else None,
+         "ratio_vs_1x": [None if x is None else x / b for x, b in zip(seeds["loss"], base)]}
+    if k > 1:
+        m["ratio_beyond_L_vs_1x"] = [None if x is None else x / b for x, b in zip(seeds["loss_beyond_L"], base)]
+    return m
+
+
+def measure(s: Setup, seeds: Seeds) -> tuple[Fields, Fields]:
     if s.multiples[0] != 1:
         raise ValueError("the first evaluation multiple must be 1 (the training length)")
-    t0 = time.perf_counter()
     corpus = load_corpus(s.corpus_bytes)
     L = s.seq_len
-    windows = {k: eval_windows(corpus.val, k * L, s.eval_windows) for k in s.multiples}
-    schemes: dict[str, dict] = {}
-    for scheme in s.schemes:
-        schemes[scheme] = {
-            "params": count_params(build_lm(0, **arch(s, scheme))), "train_loss": [], "train_seconds": [],
-            "by_multiple": {str(k): {"length": k * L, "available": True, "error": None, "loss": [], "acc": [],
-                                     "loss_first_L": [], "loss_beyond_L": [] if k > 1 else None}
-                            for k in s.multiples},
-            # per seed: loss over each block of L positions at the longest length
-            "detail": {"loss_per_block_of_L": []},
-        }
-    for seed in seeds:
-        for scheme in s.schemes:
-            entry = schemes[scheme]
-            model = build_lm(seed, **arch(s, scheme))
-            tr = train_lm(model, corpus.train, s, seed)
-            entry["train_loss"].append(tr["final_loss"])
-            entry["train_seconds"].append(tr["seconds"])
-            for k in s.multiples:
-                m = entry["by_multiple"][str(k)]
-                try:
-                    loss, acc = position_losses(model, windows[k], s.eval_batch)
-                except ValueError as exc:   # learned positions past max_seq_len
-                    m["available"], m["error"] = False, str(exc)
-                    m["loss"].append(None)
-                    m["acc"].append(None)
-                    m["loss_first_L"].append(None)
-                    if k > 1:
-                        m["loss_beyond_L"].append(None)
-                    if k == s.multiples[-1]:
-                        entry["detail"]["loss_per_block_of_L"].append(None)
-                    continue
-                m["loss"].append(float(loss.mean()))
-                m["acc"].append(float(acc.mean()))
-                m["loss_first_L"].append(float(loss[:L].mean()))
-                if k > 1:
-                    m["loss_beyond_L"].append(float(loss[L:].mean()))
-                if k == s.multiples[-1]:
-                    entry["detail"]["loss_per_block_of_L"].append([float(b.mean()) for b in loss.split(L)])
-    for entry in schemes.values():
-        base = entry["by_multiple"]["1"]["loss"]
-        for key, m in entry["by_multiple"].items():
-            m["ratio_vs_1x"] = [None if x is None else x / b for x, b in zip(m["loss"], base)]
-            if m["loss_beyond_L"] is not None:
-                m["ratio_beyond_L_vs_1x"] = [None if x is None else x / b for x, b in zip(m["loss_beyond_L"], base)]
-    return {
-        "claim": "C14-C16",
-        "setup": asdict(s), "seeds": list(seeds), "data": corpus.info(),
-        "train_len": L, "eval_lengths": [k * L for k in s.multiples],
-        "schemes": schemes,
-        "scale": {"params": {n: e["params"] for n, e in schemes.items()},
-                  "tokens_trained": s.steps * s.batch * L, "steps": s.steps, "seq_len": L,
-                  "models_trained": len(seeds) * len(s.schemes), "wall_seconds": time.perf_counter() - t0},
-    }
+    windows = {str(k): eval_windows(corpus.val, k * L, s.eval_windows) for k in s.multiples}
+
+    def lengths(model: nn.Module, seed: int) -> Fields:
+        return {"at": {k: at_length(model, w, L, s.eval_batch) for k, w in windows.items()}}
+
+    trained, scale = train_variants(s, seeds, corpus, {x: partial(build_lm, **arch(s, x)) for x in s.schemes},
+                                    lengths)
+    schemes = {}
+    for name, t in trained.items():
+        at = t.pop("at")
+        schemes[name] = {**t, "by_multiple": {str(k): by_multiple(at[str(k)], k, L, at["1"]["loss"])
+                                              for k in s.multiples},
+                         # per seed: loss over each block of L positions at the longest length
+                         "detail": {"loss_per_block_of_L": at[str(s.multiples[-1])]["blocks"]}}
+    return {"data": corpus.info(), "train_len": L, "eval_lengths": [k * L for k in s.multiples],
+            "schemes": schemes}, scale
+
+
+EXPERIMENT = Experiment("C14-C16", QUICK, FULL, measure)
+run = EXPERIMENT.run

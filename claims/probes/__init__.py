@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import importlib
 import math
-from typing import Any, Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from harness.claims.evidence import Context
-from harness.claims.model import Chart, Evidence, Figure, mean_ci
-from harness.stats import fit_loglog
+from claims.evidence import Context
+from claims.model import Chart, Evidence, Figure, mean_ci
+from harness.records import CaseRecord
+from harness.registry import resolve
+from harness.spec import Workload
+from harness.stats import compare, fit_scaling, top_slope
 
 ProbeFn = Callable[[Context], Evidence]
 PROBES: dict[str, tuple[ProbeFn, tuple[str, ...]]] = {}
@@ -30,38 +34,41 @@ def load_all() -> dict[str, tuple[ProbeFn, tuple[str, ...]]]:
     return PROBES
 
 
-# -- helpers over stored rows -------------------------------------------------------------
-def field(row: dict[str, Any], key: str) -> Any:
-    """A case's own column (arch, line), else its workload field, else config field, else None."""
-    from reports.frames import value
-    return row[key] if key in ("arch", "line") else value(row, key)
+# -- helpers over stored records ----------------------------------------------------------
+def select(records: Sequence[CaseRecord], **conds: Any) -> list[CaseRecord]:
+    """The ok records whose line/arch/workload/config values equal ``conds``."""
+    return [r for r in records if r.ok and all(r.value(k) == v for k, v in conds.items())]
 
 
-def select(rows: list[dict[str, Any]], **conds: Any) -> list[dict[str, Any]]:
-    """The ok rows whose workload/config fields equal ``conds``."""
-    return [r for r in rows if r["status"] == "ok" and all(field(r, k) == v for k, v in conds.items())]
-
-
-def exponent(rows: list[dict[str, Any]], x: str, metric: str, top: int | None = None, unit: str = "",
-             span: float | None = None) -> Figure:
-    """The log-log exponent of ``metric`` vs ``x`` with its 95% interval: over the ``top`` largest x if
-    given, or over x ≥ max(x)/``span`` (the asymptotic end, where fixed per-call costs no longer count)."""
-    pts = sorted((field(r, x), r["metrics"][metric]) for r in rows if metric in r["metrics"])
-    if top:
-        pts = pts[-top:]
-    if span and pts:
-        pts = [p for p in pts if p[0] * span >= pts[-1][0]]
-    fit = fit_loglog([p[0] for p in pts], [p[1] for p in pts]) if len(pts) >= 2 else None
+def exponent(records: Sequence[CaseRecord], x: str, metric: str, unit: str = "") -> Figure:
+    """The log-log exponent of ``metric`` vs ``x`` with its 95% interval, over the scaling regime
+    (:func:`harness.stats.fit_scaling`, the rule every view uses: a floor of fixed per-call costs at small
+    x is left out and named in the note)."""
+    pts = [(float(r.value(x)), r.metric(metric)) for r in records if r.metric(metric) is not None]
+    fit = fit_scaling([p[0] for p in pts], [p[1] for p in pts]) if len(pts) >= 2 else None
     if fit is None:
         return Figure(float("nan"), note=f"fewer than 2 points of {metric}")
-    span = f"{x} {pts[0][0]}…{pts[-1][0]}, {len(pts)} points"
-    lo, hi = (None, None) if math.isnan(fit.ci_low) else (fit.ci_low, fit.ci_high)
-    return Figure(fit.exponent, lo, hi, unit, f"log-log fit of {metric} over {span}", len(pts))
+    n = fit.fit.n
+    floor = f"; {len(fit.floor)} smaller {x} below the regime (floor)" if fit.floor else ""
+    lo, hi = (None, None) if math.isnan(fit.fit.ci_low) else (fit.fit.ci_low, fit.fit.ci_high)
+    return Figure(fit.exponent, lo, hi, unit,
+                  f"log-log fit of {metric} over {x} {fit.x_min:g}…{fit.x_max:g}, {n} points{floor}", n)
 
 
-def at(rows: list[dict[str, Any]], metric: str, **conds: Any) -> float | None:
-    hits = select(rows, **conds)
-    return hits[0]["metrics"].get(metric) if hits else None
+def local_slope(records: Sequence[CaseRecord], x: str, metric: str) -> Figure:
+    """The log-log slope of ``metric`` between the two largest ``x`` (no interval: for exact, noise-free
+    counts whose curve bends, where a fit's interval would measure the bend, not an uncertainty)."""
+    pts = [(float(r.value(x)), r.metric(metric)) for r in records if r.metric(metric) is not None]
+    slope = top_slope([p[0] for p in pts], [p[1] for p in pts])
+    if slope is None:
+        return Figure(float("nan"), note=f"fewer than 2 points of {metric}")
+    a, b = sorted(p[0] for p in pts)[-2:]
+    return Figure(slope, note=f"slope of {metric} between {x} {a:g} and {b:g}", n=2)
+
+
+def at(records: Sequence[CaseRecord], metric: str, **conds: Any) -> float | None:
+    hits = select(records, **conds)
+    return hits[0].metric(metric) if hits else None
 
 
 def ratio_figure(num: float | None, den: float | None, unit: str = "×", note: str = "") -> Figure:
@@ -70,22 +77,27 @@ def ratio_figure(num: float | None, den: float | None, unit: str = "×", note: s
     return Figure(num / den, unit=unit, note=note)
 
 
-def median_ratio(a: dict[str, Any] | None, b: dict[str, Any] | None, note: str = "") -> Figure:
+def median_ratio(a: CaseRecord | None, b: CaseRecord | None, note: str = "") -> Figure:
     """median(a)/median(b) latency with a bootstrap 95% interval from the raw samples."""
-    from harness.stats import compare
-    if not a or not b or not a.get("samples_s") or not b.get("samples_s"):
+    if not a or not b or not a.samples_s or not b.samples_s:
         return Figure(float("nan"), unit="×", note="missing a case")
-    c = compare(b["samples_s"], a["samples_s"])     # ratio = median(a)/median(b)
+    return samples_ratio(a.samples_s, b.samples_s, note)
+
+
+def samples_ratio(a: Sequence[float], b: Sequence[float], note: str = "") -> Figure:
+    """median(a)/median(b) of two series of per-call times, with a bootstrap 95% interval."""
+    c = compare(b, a)     # ratio = median(a)/median(b)
     return Figure(c["ratio"], c["ci_low"], c["ci_high"], "×", note)
 
 
-def series(rows: list[dict[str, Any]], x: str, metric: str, scale: float = 1.0
+def series(records: Sequence[CaseRecord], x: str, metric: str, scale: float = 1.0
            ) -> dict[str, list[tuple[Any, float, None, None]]]:
-    """Per line, (x, metric·scale) points of the ok rows, for a chart."""
+    """Per line, (x, metric·scale) points of the ok records, for a chart."""
     out: dict[str, list[tuple[Any, float, None, None]]] = {}
-    for r in rows:
-        if r["status"] == "ok" and metric in r["metrics"]:
-            out.setdefault(r["line"], []).append((field(r, x), r["metrics"][metric] * scale, None, None))
+    for r in records:
+        y = r.metric(metric)
+        if r.ok and y is not None:
+            out.setdefault(r.line, []).append((r.value(x), y * scale, None, None))
     return {k: sorted(v, key=lambda p: p[0]) for k, v in out.items()}
 
 
@@ -106,7 +118,5 @@ def mean_chart(series: dict[str, dict[Any, list[float | None]]], title: str, x: 
 
 def analytic_params(preset: str, **overrides: Any) -> int:
     """A preset's exact parameter count from its architecture's cost function (no model is built)."""
-    from harness.registry import resolve
-    from harness.spec import Workload
     spec = resolve(preset, **overrides)
     return int(spec.cost(spec.config, Workload(seq_len=1))["params"])

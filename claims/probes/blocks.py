@@ -2,19 +2,21 @@
 computed directly from the code's own modules and shapes, each in seconds on a CPU."""
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from architectures.layers.attention import eager_attention
-from harness.claims.evidence import Context
-from harness.claims.model import Chart, Evidence, Figure
-from harness.claims.probes import analytic_params, median_ratio, probe
+from architectures.layers.attention import Attention, eager_attention
+from claims.evidence import Context
+from claims.model import Chart, Evidence, Figure
+from claims.probes import analytic_params, samples_ratio, probe
 from harness.flops import count_params
 from harness.registry import resolve
+from harness.timing import TimingConfig, measure_cpu
+
 
 # The configurations 000 Part 2 lists, completed with the layer counts, vocabularies and FFN widths of
 # their papers (the document gives only d_model and heads): preset + overrides, and the size in the name.
@@ -71,7 +73,6 @@ def dot_magnitude(ctx: Context | None) -> Evidence:
 def layer_params(ctx: Context | None) -> Evidence:
     """Parameters of one layer at d = 512: our self-attention (Q/K/V/O with biases) against nn.LSTM,
     nn.GRU and nn.Conv1d(k=3), each mapping d → d."""
-    from architectures.layers.attention import Attention
     d = 512
     attn = count_params(Attention(d, 8))
     others = {"lstm": count_params(nn.LSTM(d, d)), "gru": count_params(nn.GRU(d, d)),
@@ -131,7 +132,6 @@ def largest_intermediate_bytes(fn: Callable[[], object]) -> int:
 def additive_vs_dot(ctx: Context | None) -> Evidence:
     """Forward latency (measured side by side, bootstrap interval) and largest intermediate tensor of
     dot-product vs additive attention at n = 256, d = d_a = 64, batch 4, fp32."""
-    from harness.timing import TimingConfig, measure_cpu
     torch.manual_seed(0)
     b, n, d = 4, 256, 64
     q, k, v = (torch.randn(b, n, d) for _ in range(3))
@@ -140,9 +140,8 @@ def additive_vs_dot(ctx: Context | None) -> Evidence:
     ev = Evidence()
     with torch.no_grad():
         timed = {name: measure_cpu(fn, TimingConfig.quick()) for name, fn in runs.items()}
-    samples = {name: {"samples_s": list(t.samples_s)} for name, t in timed.items()}
-    ev.figures["additive_over_dot_latency"] = median_ratio(samples["additive"], samples["dot"],
-                                                           f"forward latency, B={b}, n={n}, d=d_a={d}, fp32")
+    ev.figures["additive_over_dot_latency"] = samples_ratio(timed["additive"].samples_s, timed["dot"].samples_s,
+                                                            f"forward latency, B={b}, n={n}, d=d_a={d}, fp32")
     sizes = {name: largest_intermediate_bytes(fn) for name, fn in runs.items()}
     ev.figures["additive_over_dot_bytes"] = Figure(sizes["additive"] / sizes["dot"], unit="×",
                                                    note=f"largest intermediate tensor: additive "

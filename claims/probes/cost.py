@@ -3,18 +3,26 @@ from __future__ import annotations
 
 import torch
 
-from harness.claims.evidence import Context
-from harness.claims.model import Chart, Evidence, Figure
-from harness.claims.probes import analytic_params, at, exponent, field, probe, ratio_figure, select, series
+from architectures.attention_core import AttentionCore, AttentionCoreConfig, core_inputs
+from architectures.layers.attention import Attention
+from architectures.layers.efficient import SlidingWindowCore, approximation_error
+from architectures.rnn import critical_path_length
+from claims.evidence import Context
+from claims.model import Chart, Evidence, Figure
+from claims.probes import analytic_params, at, exponent, median_ratio, probe, ratio_figure, select, series
+from harness import memory, registry
+from harness.flops import count_flops
 from harness.registry import resolve
+from harness.runner import fake_pass
 from harness.spec import Workload
+from harness.stats import fit_loglog
+
 
 CPU = torch.device("cpu")
 
 
 def fake_metrics(arch: str, w: Workload, **overrides) -> dict[str, float]:
     """Params, counted MACs and estimated peak bytes of one case, on fake tensors (no memory used)."""
-    from harness.runner import fake_pass
     return fake_pass(resolve(arch, **overrides), w, CPU, True)
 
 
@@ -24,16 +32,16 @@ def fake_metrics(arch: str, w: Workload, **overrides) -> dict[str, float]:
     "memory_ratio_eager_sdpa", "cuda_flash_memory_ratio"))
 def attention_core(ctx: Context) -> Evidence:
     run, rows = ctx.suite("attention_core")
-    ev = Evidence(sources=[run["id"]])
+    ev = Evidence(sources=[run.id])
     for impl in ("eager", "sdpa"):
         for mode, tag in (("fwd", ""), ("fwd_bwd", "_bwd")):
             line = select(rows, attn_impl=impl, mode=mode)
             if impl == "eager" and mode == "fwd":
                 ev.figures["macs_exp_eager"] = exponent(line, "seq_len", "macs")
             # the asymptotic exponent: the top two octaves of n (small n carry fixed per-call overheads)
-            ev.figures[f"latency_exp_{impl}{tag}"] = exponent(line, "seq_len", "median_ms", span=4)
-            ev.figures[f"memory_exp_{impl}{tag}"] = exponent(line, "seq_len", "activation_peak_bytes", span=4)
-    n_max = max((field(r, "seq_len") for r in rows if r["status"] == "ok"), default=None)
+            ev.figures[f"latency_exp_{impl}{tag}"] = exponent(line, "seq_len", "median_ms")
+            ev.figures[f"memory_exp_{impl}{tag}"] = exponent(line, "seq_len", "activation_peak_bytes")
+    n_max = max((r.value("seq_len") for r in rows if r.ok), default=None)
     ev.figures["memory_ratio_eager_sdpa"] = ratio_figure(
         at(rows, "peak_bytes", attn_impl="eager", mode="fwd", seq_len=n_max),
         at(rows, "peak_bytes", attn_impl="sdpa", mode="fwd", seq_len=n_max), note=f"peak memory at n={n_max}")
@@ -47,7 +55,6 @@ def attention_core(ctx: Context) -> Evidence:
 
 @probe("qk_macs", figures=("qk_macs_n1000", "core_macs_n1000", "layer_macs_n1000"))
 def qk_macs(ctx: Context) -> Evidence:
-    from harness.flops import count_flops
     n, d = 1000, 512
     q, k = torch.empty(1, n, d, device="meta"), torch.empty(1, n, d, device="meta")
     ev = Evidence()
@@ -67,8 +74,6 @@ def qk_macs(ctx: Context) -> Evidence:
 def score_memory(ctx: Context) -> Evidence:
     """One head, n=10,000, d_head=64, fp32: the score tensor's bytes from the code's own shapes, and the
     peak the eager and fused kernels really reach."""
-    from harness import memory
-    from architectures.attention_core import AttentionCore, AttentionCoreConfig, core_inputs
     n = 10_000
     w = Workload(batch_size=1, seq_len=n)
     ev = Evidence()
@@ -109,12 +114,11 @@ def layer_macs(arch: str, d_model: int, n: int) -> float:
 @probe("complexity", figures=("macs_exp_lstm", "macs_exp_conv1d", "macs_exp_window", "macs_exp_core",
                               "macs_d_ratio_lstm", "macs_d_ratio_conv1d", "path_exp_lstm", "path_exp_attention"))
 def complexity(ctx: Context) -> Evidence:
-    from architectures.rnn import critical_path_length
     run, rows = ctx.suite("rnn_vs_attention")
-    ev = Evidence(sources=[run["id"]])
+    ev = Evidence(sources=[run.id])
     for kind, arch in (("lstm", "lstm-small"), ("conv1d", "conv1d-small")):
         ev.figures[f"macs_exp_{kind}"] = exponent(select(rows, arch=arch, d_model=256), "seq_len", "macs")
-        n = max(field(r, "seq_len") for r in select(rows, arch=arch))
+        n = max(r.value("seq_len") for r in select(rows, arch=arch))
         per_layer = {d: layer_macs(arch, d, n) for d in (256, 512)}
         whole = ratio_figure(*(at(rows, "macs", arch=arch, d_model=d, seq_len=n) for d in (512, 256)))
         ev.figures[f"macs_d_ratio_{kind}"] = Figure(
@@ -124,7 +128,6 @@ def complexity(ctx: Context) -> Evidence:
     ns = [1024, 2048, 4096, 8192]
     window = [fake_metrics("lra-window", Workload(seq_len=n), n_layers=1, max_seq_len=8192)["macs"] for n in ns]
     core = [fake_metrics("attention-core", Workload(seq_len=n))["macs"] for n in ns]
-    from harness.stats import fit_loglog
     for key, ys, what in (("macs_exp_window", window, "windowed (±128) encoder layer"),
                           ("macs_exp_core", core, "attention core")):
         f = fit_loglog(ns, ys)
@@ -144,7 +147,7 @@ def crossover(ctx: Context) -> Evidence:
     """n/d where self-attention stops being cheaper than an LSTM layer: from counted MACs (core n²·d vs
     n·d²) and on this machine's latency (rnn_vs_attention)."""
     run, rows = ctx.suite("rnn_vs_attention")
-    ev = Evidence(sources=[run["id"]])
+    ev = Evidence(sources=[run.id])
     d, n = 512, 512
     core = fake_metrics("attention-core", Workload(seq_len=n), d_model=d, n_heads=8)["macs"]   # 2·n²·d
     lstm = fake_metrics("lstm-small", Workload(seq_len=n), d_model=d, n_layers=1)["macs"]     # ≈ 8·n·d² + head
@@ -155,7 +158,7 @@ def crossover(ctx: Context) -> Evidence:
     crossings, bounded = [], True
     for dm in (256, 512):
         att, rnn = select(rows, arch="lra-exact", d_model=dm), select(rows, arch="lstm-small", d_model=dm)
-        ns = sorted({field(r, "seq_len") for r in att} & {field(r, "seq_len") for r in rnn})
+        ns = sorted({r.value("seq_len") for r in att} & {r.value("seq_len") for r in rnn})
         slower = [n for n in ns if at(att, "median_ms", seq_len=n) > at(rnn, "median_ms", seq_len=n)]
         if slower:
             crossings.append(min(slower) / dm)
@@ -178,12 +181,11 @@ def crossover(ctx: Context) -> Evidence:
 @probe("heads", figures=("macs_spread_heads", "latency_ratio_h8_h1", "latency_ratio_h64_h1", "memory_ratio_h8_h1"))
 def heads(ctx: Context) -> Evidence:
     run, rows = ctx.suite("heads")
-    ev = Evidence(sources=[run["id"]])
+    ev = Evidence(sources=[run.id])
     ok = select(rows)
-    macs = [r["metrics"]["macs"] for r in ok if "macs" in r["metrics"]]
+    macs = [r.metrics["macs"] for r in ok if "macs" in r.metrics]
     ev.figures["macs_spread_heads"] = Figure(max(macs) / min(macs), unit="×", note="max/min forward MACs over h")
-    by_h = {field(r, "n_heads"): r for r in ok}
-    from harness.claims.probes import median_ratio
+    by_h = {r.value("n_heads"): r for r in ok}
     for h in (8, 64):
         ev.figures[f"latency_ratio_h{h}_h1"] = median_ratio(by_h.get(h), by_h.get(1), f"latency h={h} / h=1")
     ev.figures["memory_ratio_h8_h1"] = ratio_figure(by_h.get(8, {}).get("metrics", {}).get("peak_bytes"),
@@ -202,13 +204,13 @@ EFFICIENT = {"window": "lra-window", "linformer": "lra-linformer", "performer": 
                                       for m in ("latency", "memory")) + ("memory_saving_best", "approx_error_window"))
 def long_sequence(ctx: Context) -> Evidence:
     run, rows = ctx.suite("long_sequence")
-    ev = Evidence(sources=[run["id"]])
+    ev = Evidence(sources=[run.id])
     lines = {"exact_eager": select(rows, arch="lra-exact", attn_impl="eager")}
     lines.update({k: select(rows, arch=a) for k, a in EFFICIENT.items()})
     for k, line in lines.items():
-        ev.figures[f"latency_exp_{k}"] = exponent(line, "seq_len", "median_ms", span=4)
-        ev.figures[f"memory_exp_{k}"] = exponent(line, "seq_len", "activation_peak_bytes", span=4)
-    n = max((field(r, "seq_len") for r in lines["exact_eager"]), default=None)
+        ev.figures[f"latency_exp_{k}"] = exponent(line, "seq_len", "median_ms")
+        ev.figures[f"memory_exp_{k}"] = exponent(line, "seq_len", "activation_peak_bytes")
+    n = max((r.value("seq_len") for r in lines["exact_eager"]), default=None)
     exact = at(rows, "activation_peak_bytes", arch="lra-exact", attn_impl="eager", seq_len=n)
     best = min((at(line, "activation_peak_bytes", seq_len=n) or float("inf")) for k, line in lines.items()
                if k != "exact_eager")
@@ -222,11 +224,9 @@ def long_sequence(ctx: Context) -> Evidence:
 def _approx_error() -> Figure:
     """Relative error of a ±128 sliding window against exact attention with the same weights
     (d=256, 4 heads, n=1024, random weights and inputs)."""
-    from architectures.layers.attention import Attention
-    from architectures.layers.efficient import WindowAttention, approximation_error
     torch.manual_seed(0)
-    exact = Attention(256, 4, impl="sdpa")
-    err = approximation_error(WindowAttention(256, 4, window=128), exact, torch.randn(1, 1024, 256))
+    exact = Attention(256, 4, core="sdpa")
+    err = approximation_error(Attention(256, 4, core=SlidingWindowCore(128)), exact, torch.randn(1, 1024, 256))
     return Figure(float(err), unit="rel. error",
                   note="‖window − exact‖/‖exact‖, ±128, n=1024, random weights")
 
@@ -251,7 +251,6 @@ def ffn_share(ctx: Context) -> Evidence:
     ev.figures["attn_overtakes_ffn_at"] = Figure(min(over) / d if over else float("nan"), unit="× d",
                                                  note=f"first n of {ns} where attention MACs > FFN MACs")
     ev.figures["ffn_share_n512"] = Figure(share[512], unit="share", note="FFN share of a layer's MACs, n=512")
-    from harness import registry
     presets = ["decoder-small", "decoder-base", "gpt2-small", "encoder-base", "aiayn-base", "aiayn-big",
                "vit-b16", "vit-l16"]
     four = [registry.get(p).config for p in presets]

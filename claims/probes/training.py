@@ -1,12 +1,12 @@
 """Claims decided by small training runs (C07, C17, C18, C24): the experiments in
-harness/claims/experiments, each returning per-seed lists that become means with 95% intervals."""
+claims/experiments, each returning per-seed lists that become means with 95% intervals."""
 from __future__ import annotations
 
 from typing import Any
 
-from harness.claims.evidence import Context
-from harness.claims.model import Chart, Evidence, Figure, mean_ci
-from harness.claims.probes import mean_chart, probe
+from claims.evidence import Context
+from claims.model import Chart, Evidence, Figure, mean_ci
+from claims.probes import mean_chart, probe
 
 
 def _note(res: dict[str, Any]) -> str:

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import torch
 
-from harness.claims.evidence import Context
-from harness.claims.model import Chart, Evidence, Figure
-from harness.claims.probes import field, mean_chart, median_ratio, probe, select, series
+from architectures.layers.positions import make_positions
+from architectures.transformer import Decoder, DecoderConfig, Encoder, EncoderConfig
+from architectures.transformer_cost import kv_cache_bytes
+from claims.evidence import Context
+from claims.model import Chart, Evidence, Figure, mean_ci
+from claims.probes import mean_chart, median_ratio, probe, select, series
+from claims.probes.blocks import NAMED
+from harness.registry import resolve
 
 
 def _cache_bytes(n_heads: int, n_kv_heads: int, n_tokens: int = 16) -> tuple[int, int]:
     """(formula bytes, bytes of the real caches after a forward) for a tiny decoder with this head layout."""
-    from architectures.transformer import Decoder, DecoderConfig
-    from architectures.transformer_cost import kv_cache_bytes
     cfg = DecoderConfig(vocab_size=64, d_model=n_heads * 8, n_layers=2, n_heads=n_heads, n_kv_heads=n_kv_heads)
     model = Decoder(cfg).eval()
     caches = model.new_caches()
@@ -24,8 +27,8 @@ def _cache_bytes(n_heads: int, n_kv_heads: int, n_tokens: int = 16) -> tuple[int
 def _decode(ctx: Context, ev: Evidence, kv: int) -> None:
     """Per-token decode latency of ``kv`` KV heads vs MHA (8), cached, batch 8, at the largest context."""
     run, rows = ctx.suite("kv_cache")
-    ev.sources.append(run["id"])
-    n = max(field(r, "seq_len") for r in select(rows))
+    ev.sources.append(run.id)
+    n = max(r.value("seq_len") for r in select(rows))
     pick = lambda h: next(iter(select(rows, n_kv_heads=h, use_cache=True, batch_size=8, seq_len=n)), None)  # noqa: E731
     ev.figures["decode_latency_ratio"] = median_ratio(pick(kv), pick(8), f"per-token latency vs MHA, b=8, n={n}")
     ev.chart = Chart("per-token decode latency (with cache)", "context length n", "ms",
@@ -35,7 +38,6 @@ def _decode(ctx: Context, ev: Evidence, kv: int) -> None:
 
 def _quality(ctx: Context, ev: Evidence, variant: str) -> None:
     """Relative validation-loss increase and accuracy drop of ``variant`` vs MHA (kv_heads experiment)."""
-    from harness.claims.model import mean_ci
     res = ctx.experiment("kv_heads")
     vs = res.get("variants", {})
     name = next((k for k in vs if k.upper().startswith(variant.upper())), None)
@@ -80,9 +82,6 @@ def gqa(ctx: Context) -> Evidence:
 @probe("kv_70b", figures=("doc_over_mha_70b", "doc_over_gqa_70b"))
 def kv_70b(ctx: Context) -> Evidence:
     """LLaMA-2 70B: 80 layers, d_model 8192, 64 query heads of 128, 8 KV heads (GQA). Values per token."""
-    from architectures.transformer_cost import kv_cache_bytes
-    from harness.claims.probes.blocks import NAMED
-    from harness.registry import resolve
     doc = 8192 * 64 * 2
     ev = Evidence()
     values = {}
@@ -106,7 +105,6 @@ def kv_70b(ctx: Context) -> Evidence:
 def permutation(ctx: Context) -> Evidence:
     """An encoder without positions is permutation-equivariant (its [CLS]-free mean pooling invariant);
     each position scheme breaks it."""
-    from architectures.transformer import Encoder, EncoderConfig
     torch.manual_seed(0)
     tokens = torch.randint(0, 50, (2, 12))
     perm = torch.randperm(12)
@@ -134,7 +132,6 @@ def permutation(ctx: Context) -> Evidence:
 @probe("sinusoidal", figures=("linear_map_residual", "loss_ratio_4x", "loss_ratio_2x"))
 def sinusoidal(ctx: Context) -> Evidence:
     ev = Evidence()
-    from architectures.layers.positions import make_positions
     pe = make_positions("sinusoidal", 64, 4096, 4).table(256, 0, torch.device("cpu"), torch.float64)  # (T, d)
     worst = 0.0
     for k in (1, 5, 17):
@@ -153,7 +150,6 @@ def _ratios(res: dict, scheme: str, key: str = "ratio_beyond_L_vs_1x") -> dict[s
 
 
 def _extrapolation(ctx: Context, ev: Evidence, scheme: str) -> None:
-    from harness.claims.model import mean_ci
     res = _positions(ctx, ev)
     for k, vals in _ratios(res, scheme).items():
         if k in ("2", "4", "8") and vals and all(v is not None for v in vals):
@@ -173,7 +169,6 @@ def _positions(ctx: Context, ev: Evidence) -> dict:
 
 @probe("learned", figures=("clear_error_past_max", "loss_past_max_unavailable"))
 def learned(ctx: Context) -> Evidence:
-    from architectures.transformer import Decoder, DecoderConfig
     model = Decoder(DecoderConfig(vocab_size=16, d_model=16, n_layers=1, n_heads=2, positions="learned",
                                   max_seq_len=8)).eval()
     message = ""
@@ -196,8 +191,6 @@ def learned(ctx: Context) -> Evidence:
 
 @probe("alibi_rope", figures=("alibi_ratio_4x", "alibi_minus_best_other_4x", "rope_relative_error"))
 def alibi_rope(ctx: Context) -> Evidence:
-    from harness.claims.model import mean_ci
-    from architectures.layers.positions import make_positions
     ev = Evidence()
     res = _positions(ctx, ev)
     get = lambda s: list(_ratios(res, s).get("4") or [])  # noqa: E731
@@ -227,8 +220,8 @@ def alibi_rope(ctx: Context) -> Evidence:
 @probe("sequential", figures=("no_cache_over_cache", "batch_throughput_gain"))
 def sequential(ctx: Context) -> Evidence:
     run, rows = ctx.suite("kv_cache")
-    ev = Evidence(sources=[run["id"]])
-    n = max(field(r, "seq_len") for r in select(rows))
+    ev = Evidence(sources=[run.id])
+    n = max(r.value("seq_len") for r in select(rows))
     one = lambda **c: next(iter(select(rows, seq_len=n, n_kv_heads=8, **c)), None)  # noqa: E731
     ev.figures["no_cache_over_cache"] = median_ratio(one(use_cache=False, batch_size=1),
                                                      one(use_cache=True, batch_size=1),
@@ -236,7 +229,7 @@ def sequential(ctx: Context) -> Evidence:
     b1, b8 = one(use_cache=True, batch_size=1), one(use_cache=True, batch_size=8)
     if b1 and b8:
         ev.figures["batch_throughput_gain"] = Figure(
-            b8["metrics"]["throughput_per_s"] / b1["metrics"]["throughput_per_s"], unit="×",
+            b8.metrics["throughput_per_s"] / b1.metrics["throughput_per_s"], unit="×",
             note="tokens/s at batch 8 / batch 1 (one token per sequence per step)")
     ev.chart = Chart("per-token decode latency", "context length n", "ms",
                      series(rows, "seq_len", "median_ms"), x_log=True, y_log=True)

@@ -5,10 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torchvision.models import get_weight
 
-from harness.claims.evidence import Context
-from harness.claims.model import Chart, Evidence, Figure
-from harness.claims.probes import exponent, field, median_ratio, probe, select, series
+from architectures.swin import ShiftedWindowAttention
+from claims.evidence import Context
+from claims.model import Chart, Evidence, Figure
+from claims.probes import exponent, local_slope, median_ratio, probe, select, series
+from harness.flops import count_model
+from harness.registry import get, resolve
+from reports.frames import peak_flops, rates
 
 TORCHVISION_WEIGHTS = {"resnet50": "ResNet50_Weights.IMAGENET1K_V1",
                        "efficientnet-b0": "EfficientNet_B0_Weights.IMAGENET1K_V1",
@@ -20,7 +25,6 @@ TORCHVISION_WEIGHTS = {"resnet50": "ResNet50_Weights.IMAGENET1K_V1",
 
 def published(arch: str) -> dict[str, Any]:
     """torchvision's metadata for ``arch`` (shipped with the package, no download): acc@1, GMACs (_ops), params."""
-    from torchvision.models import get_weight
     meta = get_weight(TORCHVISION_WEIGHTS[arch]).meta
     return {"acc1": meta["_metrics"]["ImageNet-1K"]["acc@1"], "gmacs": meta["_ops"], "params": meta["num_params"]}
 
@@ -28,25 +32,24 @@ def published(arch: str) -> dict[str, Any]:
 def _batch1(ctx: Context) -> tuple[Evidence, dict[str, dict[str, Any]]]:
     """Evidence citing the vit_vs_cnn run, and that run's batch-1 rows by arch."""
     run, rows = ctx.suite("vit_vs_cnn")
-    return Evidence(sources=[run["id"]]), {r["arch"]: r for r in select(rows, batch_size=1)}
+    return Evidence(sources=[run.id]), {r.arch: r for r in select(rows, batch_size=1)}
 
 
 def _largest_batch(ctx: Context) -> tuple[int | None, dict[str, dict[str, Any]]]:
     """The rows of vit_vs_cnn's largest batch (> 1) by arch: the throughput view."""
     rows = ctx.suite("vit_vs_cnn")[1]
-    b = max((field(r, "batch_size") for r in select(rows)), default=1)
-    return (b, {r["arch"]: r for r in select(rows, batch_size=b)}) if b > 1 else (None, {})
+    b = max((r.value("batch_size") for r in select(rows)), default=1)
+    return (b, {r.arch: r for r in select(rows, batch_size=b)}) if b > 1 else (None, {})
 
 
 def _vision_chart(rows_by_arch: dict[str, dict[str, Any]]) -> Chart:
     return Chart("batch-1 latency on this machine", "", "median ms",
-                 {a: [(a, r["metrics"]["median_ms"], r["metrics"].get("ci_low_ms"), r["metrics"].get("ci_high_ms"))]
+                 {a: [(a, r.metrics["median_ms"], r.metrics.get("ci_low_ms"), r.metrics.get("ci_high_ms"))]
                   for a, r in rows_by_arch.items()}, kind="bar")
 
 
 @probe("vit_tokens", figures=("tokens_224_16", "patch_dim"))
 def vit_tokens(ctx: Context) -> Evidence:
-    from harness.registry import resolve
     spec = resolve("vit-b16", n_layers=1)
     model = spec.build(spec.config).eval()
     seen: dict[str, Any] = {}
@@ -71,7 +74,7 @@ def vit_tokens(ctx: Context) -> Evidence:
 def cost_table(ctx: Context) -> Evidence:
     ev, by = _batch1(ctx)
     for key, arch in (("resnet50", "resnet50"), ("effnet", "efficientnet-b0"), ("vit", "vit-b16")):
-        m = by.get(arch, {}).get("metrics", {})
+        m = by[arch].metrics if arch in by else {}
         if m:
             ev.figures[f"{key}_params_m"] = Figure(m["params"] / 1e6, unit="M params", note=arch)
             ev.figures[f"{key}_gmacs"] = Figure(m["macs"] / 1e9, unit="GMACs",
@@ -88,12 +91,12 @@ def vit_vs_effnet(ctx: Context) -> Evidence:
     ev, by = _batch1(ctx)
     vit, eff = by.get("vit-b16"), by.get("efficientnet-b0")
     if vit and eff:
-        ev.figures["macs_ratio"] = Figure(vit["metrics"]["macs"] / eff["metrics"]["macs"], unit="×", note="MACs")
+        ev.figures["macs_ratio"] = Figure(vit.metrics["macs"] / eff.metrics["macs"], unit="×", note="MACs")
     ev.figures["latency_ratio"] = median_ratio(vit, eff, "batch-1 latency on this CPU")
     b, big = _largest_batch(ctx)
     if "vit-b16" in big and "efficientnet-b0" in big:
-        ev.figures["throughput_ratio"] = Figure(big["efficientnet-b0"]["metrics"]["throughput_per_s"]
-                                                / big["vit-b16"]["metrics"]["throughput_per_s"], unit="×",
+        ev.figures["throughput_ratio"] = Figure(big["efficientnet-b0"].metrics["throughput_per_s"]
+                                                / big["vit-b16"].metrics["throughput_per_s"], unit="×",
                                                 note=f"images/s at batch {b}, EfficientNet-B0 / ViT-B/16")
     else:
         ev.unavailable["throughput_ratio"] = "the suite run has no batch > 1 for both models"
@@ -103,15 +106,12 @@ def vit_vs_effnet(ctx: Context) -> Evidence:
 
 def _rate(r: dict[str, Any] | None) -> float | None:
     """Achieved FLOP/s (counted flops / median time), as the reports compute it."""
-    from reports.frames import rates
     return None if r is None else rates(r).get("achieved_flops_per_s")
 
 
 @probe("matmul_friendly", figures=("vit_over_resnet_rate", "swin_over_resnet_latency", "vit_peak_share",
                                    "vit_over_resnet_rate_batch", "gpu_vit_over_resnet_rate"))
 def matmul_friendly(ctx: Context) -> Evidence:
-    from reports.export import run_peak
-    from reports.frames import peak_flops
     ev, by = _batch1(ctx)
     vit, res, swin = by.get("vit-b16"), by.get("resnet50"), by.get("swin-t")
     if vit and res:
@@ -125,7 +125,7 @@ def matmul_friendly(ctx: Context) -> Evidence:
     ev.unavailable["gpu_vit_over_resnet_rate"] = ("needs a GPU: the document means accelerators (GPU/TPU matmul "
                                                   "units); this run is on the CPU")
     run = ctx.suite("vit_vs_cnn")[0]
-    peak = peak_flops(run_peak(run), "cpu", "fp32")
+    peak = peak_flops(run.peak, "cpu", "fp32")
     if vit and peak:
         ev.figures["vit_peak_share"] = Figure(_rate(vit) / peak, unit="of peak",
                                               note=f"measured fp32 matmul peak {peak / 1e9:,.0f} GFLOP/s")
@@ -138,14 +138,14 @@ def matmul_friendly(ctx: Context) -> Evidence:
 @probe("window_scaling", figures=("swin_macs_exp", "vit_macs_exp", "swin_latency_exp", "swin_window_formula"))
 def window_scaling(ctx: Context) -> Evidence:
     run, rows = ctx.suite("resolution_scaling")
-    ev = Evidence(sources=[run["id"]])
+    ev = Evidence(sources=[run.id])
     swin, vit = select(rows, arch="swin-t"), select(rows, arch="vit-s16")
     # Swin pads each stage's grid up to whole 7×7 windows unless the side is a multiple of 224
-    whole = [r for r in swin if field(r, "img_size") % 224 == 0]
+    whole = [r for r in swin if r.value("img_size") % 224 == 0]
     ev.figures["swin_macs_exp"] = exponent(whole if len(whole) >= 2 else swin, "img_size", "macs")
     # counted MACs are exact: ViT's a·side² + b·side⁴ has no single exponent, so take the local slope
     # between the two largest sides (a point, no interval)
-    ev.figures["vit_macs_exp"] = exponent(vit, "img_size", "macs", top=2)
+    ev.figures["vit_macs_exp"] = local_slope(vit, "img_size", "macs")
     ev.figures["swin_latency_exp"] = exponent(swin, "img_size", "median_ms")
     ev.figures["swin_window_formula"] = _window_formula()
     ev.chart = Chart("MACs vs image side", "image side (pixels)", "GMACs",
@@ -158,12 +158,10 @@ def window_scaling(ctx: Context) -> Evidence:
 def _window_formula() -> Figure:
     """Swin's Ω(W-MSA) = 4hwC² + 2M²hwC against counted MACs of one window-attention layer, M = 4, 7, 8, 14
     (sides dividing 56, so no padding), on a 56×56×96 map with 3 heads."""
-    from harness.flops import count_model
-    from architectures.swin import WindowAttention
     worst = 0.0
     side, c = 56, 96
     for m in (4, 7, 8, 14):
-        layer = WindowAttention(c, 3, m, 0, "eager").eval()
+        layer = ShiftedWindowAttention(c, 3, m, 0, "eager").eval()
         counted = count_model(layer, (torch.randn(1, side, side, c),)).macs
         formula = 4 * side * side * c * c + 2 * m * m * side * side * c
         worst = max(worst, abs(counted - formula) / formula)
@@ -177,7 +175,7 @@ def edge(ctx: Context) -> Evidence:
     for key, arch in (("vit", "vit-b16"), ("mobilenet", "mobilenet-v3-large"), ("effnet", "efficientnet-b0")):
         r = by.get(arch)
         if r:
-            m = r["metrics"]
+            m = r.metrics
             ev.figures[f"{key}_params_m"] = Figure(m["params"] / 1e6, unit="M params", note=arch)
             ev.figures[f"{key}_latency_ms"] = Figure(m["median_ms"], m.get("ci_low_ms"), m.get("ci_high_ms"), "ms",
                                                      f"{arch}, batch 1, {int(m.get('threads', 0))} CPU threads")
@@ -193,7 +191,7 @@ def convnext(ctx: Context) -> Evidence:
                                                 note=f"torchvision metadata: {c['acc1']} vs {v['acc1']}")
     cn, vt = by.get("convnext-tiny"), by.get("vit-b16")
     if cn and vt:
-        ev.figures["macs_ratio_convnext_vit"] = Figure(cn["metrics"]["macs"] / vt["metrics"]["macs"], unit="×",
+        ev.figures["macs_ratio_convnext_vit"] = Figure(cn.metrics["macs"] / vt.metrics["macs"], unit="×",
                                                        note="counted MACs")
     ev.figures["latency_ratio_convnext_vit"] = median_ratio(cn, vt, "batch-1 latency")
     ev.chart = Chart("published ImageNet top-1 vs counted GMACs", "", "top-1 %",
@@ -205,7 +203,6 @@ def convnext(ctx: Context) -> Evidence:
                                         "entries_swin_56"))
 def attention_arithmetic(ctx: Context) -> Evidence:
     """The document's attention-matrix arithmetic, redone from the configs' own shapes (fp32 entries)."""
-    from harness.registry import get
     vit, swin = get("vit-b16").config, get("swin-t").config
     n = vit.n_patches                                   # 196 patch tokens (the document leaves out [CLS])
     per_head = n * n
