@@ -1,187 +1,142 @@
-"""One self-contained HTML report of one or more stored runs (Jinja2, autoescaped, inline CSS and SVG).
+"""One self-contained HTML report of stored runs (Jinja2, autoescaped, inline CSS and SVG), made from the
+store alone: the records, and the suite as it was run (``run.spec``), never the suite file.
 
-Every string that comes from results or suite files reaches the page through the template's
-autoescaping; the only markup inserted verbatim is the SVG that matplotlib writes (which escapes
-its own text). The page loads nothing: no scripts, stylesheets, fonts or images from anywhere.
+Per suite, it opens on what each run shows (the sentences ``bench run`` prints, the fitted exponents with
+their scaling regime and floor, and the lead figure), then the runs of that suite side by side (only the
+cases they share), then per run a figure per metric, the roofline (points above the roof flagged), the
+cases, the raw statistics; then the environment fingerprints; then the claims, when given.
+
+Every string from results reaches the page through the template's autoescaping; the only markup inserted
+verbatim is the SVG that matplotlib writes (which escapes its own text). The page loads nothing.
 """
 from __future__ import annotations
 
 import datetime as dt
-import json
-import math
-import tomllib
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import jinja2
 from markupsafe import Markup
 
 from harness.errors import BenchInputError
-from harness.stats import Fit, summarize
-from harness.suite import find_suite
-from reports.export import run_peak
-from reports.frames import EXPONENT_METRICS, exponents, value
-from reports.plots import figure_svg, resolve_plot_spec, roofline_data, roofline_figure, suite_figure
+from harness.records import CaseRecord, RunRecord
+from reports.claims_view import claims_section
+from reports.findings import FIT_METRICS, Findings, run_findings
+from reports.jinja import template_env
+from reports.plots import PlotSpec, figure_metrics, figure_svg, metric_figure, metric_view, resolve_plot_spec
+from reports.report_tables import case_table, env_table, findings_rows, headline, num, raw_stats, side_by_side
+from reports.roofline import ABOVE_ROOF_MEANING, roofline_data, roofline_figure
+from reports.terminal import symbol
 
-TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
+__all__ = ["render_report", "write_report", "template_env"]
+
 TEMPLATE = "report.html.j2"
-MiB = 1024 * 1024
-GiB = 1024 * MiB
-
-Run = dict[str, Any]
-Rows = list[dict[str, Any]]
+Run = tuple[RunRecord, Sequence[CaseRecord]]
 
 
-def _env() -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)), autoescape=True,
-                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+def render_report(runs: Sequence[Run], claims: Mapping[str, Any] | None = None) -> str:
+    """The self-contained HTML page of ``runs`` (each a stored run and its case records), grouped by suite
+    in the order given; with ``claims`` (a checked ``bench claims`` JSON document), the claims section."""
+    groups: dict[str, list[tuple[int, RunRecord, Sequence[CaseRecord]]]] = {}
+    for i, (run, records) in enumerate(runs):
+        groups.setdefault(run.suite, []).append((i, run, records))
+    contexts = [_group_context(g, members) for g, members in enumerate(groups.values())]
+    title = f"bench report · {', '.join([*groups, *(['claims'] if claims else [])]) or 'no runs'}"
+    section = claims_section(dict(claims), heading=3) if claims else {"claims": None}
+    return template_env().get_template(TEMPLATE).render(
+        title=title, groups=contexts, n_runs=len(runs),
+        generated=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), **section)
 
 
-def suite_info(run: Run) -> tuple[str, dict[str, Any]]:
-    """The suite's description and ``plot`` table, read from its TOML if the file still exists.
-
-    The stored path may be relative to wherever ``bench run`` was started; it is looked up as given,
-    then as a built-in suite. A file that is gone or unreadable gives ``("", {})``: the caller falls
-    back to the sweep axis and ``median_ms``.
-    """
-    ref = run.get("suite_path")
+def write_report(path: str | Path, runs: Sequence[Run], claims: Mapping[str, Any] | None = None) -> None:
+    """Render the report of ``runs`` into ``path`` (its folder is made if missing); BenchInputError for a
+    directory or a path that cannot be written."""
+    path = Path(path)
+    if path.is_dir():
+        raise BenchInputError(f"{path} is a directory, not an HTML file to write")
+    html = render_report(runs, claims)
     try:
-        data = tomllib.loads(find_suite(ref).read_text()) if ref else {}
-    except (BenchInputError, OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        data = {}
-    description = data.get("description", "")
-    plot = data.get("plot", {})
-    return (description if isinstance(description, str) else "", plot if isinstance(plot, dict) else {})
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(html, encoding="utf-8")
+    except OSError as exc:
+        raise BenchInputError(f"cannot write {path}: {exc.strerror}") from None
 
 
-def _num(v: Any, scale: float = 1.0, fmt: str = "{:,.3f}") -> str:
-    if v is None or isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v):
-        return "–"
-    return fmt.format(v / scale)
+def _group_context(g: int, members: list[tuple[int, RunRecord, Sequence[CaseRecord]]]) -> dict[str, Any]:
+    """One suite: its runs' contexts and, with several runs, the cases they share side by side."""
+    runs = [_run_context(i, run, records) for i, run, records in members]
+    described = next((run for _, run, _ in members if run.spec is not None), None)
+    axis = runs[0]["axis"]
+    many = len(members) > 1
+    return {"index": g, "suite": members[0][1].suite, "runs": runs, "many": many,
+            "description": described.description if described else "",
+            "aligned": side_by_side([(run, records) for _, run, records in members], axis) if many else None,
+            "env": env_table([run for _, run, _ in members])}
 
 
-def _env_value(key: str, v: Any) -> str:
-    if v is None:
-        return "–"
-    if key.endswith("_bytes") and isinstance(v, (int, float)):
-        return f"{v / GiB:,.1f} GiB ({v:,} bytes)"
-    if isinstance(v, (list, dict)):
-        return json.dumps(v, default=str) if v else "none"
-    return str(v)
-
-
-def _fit(f: Fit | None) -> str:
-    return "–" if f is None else str(f)
-
-
-def _axis_value(r: dict[str, Any], axis: str | None) -> str:
-    return str(value(r, axis)) if axis else r["case_key"][:8]
-
-
-def _case_row(r: dict[str, Any], axis: str | None) -> dict[str, Any]:
-    m = r["metrics"]
-    ci = f"{m['ci_low_ms']:,.3f} – {m['ci_high_ms']:,.3f}" if "ci_low_ms" in m and "ci_high_ms" in m else "–"
-    note = r["message"] or ("noisy (IQR/median ≥ 0.10)" if m.get("noisy") else "")
-    return {"case_key": r["case_key"], "line": r["line"], "arch": r["arch"], "x": _axis_value(r, axis),
-            "status": r["status"], "median": _num(m.get("median_ms")), "ci": ci,
-            "macs": _num(m.get("macs"), 1e9, "{:,.3f}"), "params": _num(m.get("params"), 1e6, "{:,.2f}"),
-            "peak": _num(m.get("peak_bytes"), MiB, "{:,.1f}"),
-            "est_peak": _num(m.get("est_peak_bytes"), MiB, "{:,.1f}"),
-            "message": note}
-
-
-def _raw_stats(r: dict[str, Any], axis: str | None) -> dict[str, Any]:
-    samples = [float(s) for s in r.get("samples_s") or []]
-    stats = summarize(samples) if samples else {}
-    keys = ("n_samples", "min_ms", "q1_ms", "median_ms", "q3_ms", "max_ms", "p90_ms", "p99_ms", "mean_ms",
-            "stdev_ms", "iqr_ms", "rel_iqr", "ci_low_ms", "ci_high_ms")
-    table = [(k, f"{int(stats[k])}" if k == "n_samples" else f"{stats[k]:.6g}") for k in keys if k in stats]
-    other = sorted((k, _num(v, 1.0, "{:.6g}")) for k, v in r["metrics"].items() if k not in stats)
-    return {"case_key": r["case_key"],
-            "summary": f"{r['line']} · {r['arch']} · {_axis_value(r, axis)} · {r['status']}",
-            "stats": table, "metrics": other, "samples_ms": ", ".join(f"{s * 1e3:.6g}" for s in samples),
-            "n": len(samples), "config": json.dumps(r["config"], sort_keys=True, default=str),
-            "workload": json.dumps(r["workload"], sort_keys=True, default=str)}
-
-
-def _run_context(index: int, run: Run, rows: Rows) -> dict[str, Any]:
-    description, plot = suite_info(run)
-    spec = resolve_plot_spec(plot, rows)
-    axis = spec["x"]
-    svg = roofline = None
-    if rows:
-        svg = Markup(figure_svg(suite_figure(rows, plot)))  # matplotlib's SVG; its text is XML-escaped by matplotlib
-        peak = run_peak(run)
-        data = roofline_data(rows, peak)
-        roofline = {"figure": Markup(figure_svg(roofline_figure(rows, peak, data))), "n_points": data["n_points"],
-                    "left_out": data["left_out"], "not_ok": data["not_ok"],
-                    "roofs": [{"device": r["device"], "dtype": r["dtype"],
-                               "gflops": _num(r["flops_per_s"], 1e9, "{:,.1f}"),
-                               "gbps": _num(r["bytes_per_s"], 1e9, "{:,.1f}"),
-                               "ridge": _num(r["ridge"], 1.0, "{:,.1f}")} for r in data["roofs"]]}
-    fits = []
-    numeric = axis is not None and rows and all(isinstance(value(r, axis), (int, float)) for r in rows)
-    if numeric and any(r["status"] == "ok" for r in rows):
-        fits = [{"line": line, "fits": [_fit(per[m]) for m in EXPONENT_METRICS]}
-                for line, per in exponents(rows, axis).items()]
-    env = run.get("env") or {}
-    counts: dict[str, int] = {}
-    for r in rows:
-        counts[r["status"]] = counts.get(r["status"], 0) + 1
+def _run_context(index: int, run: RunRecord, records: Sequence[CaseRecord]) -> dict[str, Any]:
+    f = run_findings(run, records)
+    spec = resolve_plot_spec(run.plot, records, f.axis)
+    figures = _figures(records, spec, f) if records else []
     return {
-        "index": index, "id": run["id"], "suite": run["suite"], "suite_path": run.get("suite_path") or "",
-        "quick": bool(run.get("quick")), "status": run.get("status", ""), "started_at": run.get("started_at", ""),
-        "finished_at": run.get("finished_at") or "", "n_cases": run.get("n_cases", len(rows)), "stored": len(rows),
-        "counts": sorted(counts.items()), "description": description, "axis": axis or "case", "y": spec["y"],
-        "options": json.dumps(run.get("options") or {}, default=str),
-        "hard": [(k, _env_value(k, v)) for k, v in (env.get("hard") or {}).items()],
-        "soft": [(k, _env_value(k, v)) for k, v in (env.get("soft") or {}).items()],
-        "cases": [_case_row(r, axis) for r in rows], "show_arch": len({r["arch"] for r in rows}) > 1,
-        "figure": svg, "roofline": roofline, "fit_labels": list(EXPONENT_METRICS.values()), "fits": fits,
-        "raw": [_raw_stats(r, axis) for r in rows],
+        "index": index, "id": run.id, "suite": run.suite, "quick": run.quick, "status": run.status,
+        "started_at": run.started_at, "finished_at": run.finished_at, "n_cases": run.n_cases,
+        "stored": len(records), "counts": _counts(f), "axis": f.axis, "symbol": symbol(f.axis),
+        "has_spec": run.spec is not None, "suite_text": run.suite_text, "suite_path": run.suite_path,
+        "sweep": _sweep(run), "command": _command(run), "commit": run.commit[:12], "devices": _devices(records),
+        "headline": headline(f), "findings": findings_rows(f) if f.axis and spec.numeric else [],
+        "fit_names": list(FIT_METRICS.values()), "spec": spec,
+        "lead": figures[0] if figures else None, "figures": figures[1:],
+        "not_measured": [metric_view(m).name for m in figure_metrics(spec)
+                         if m not in {fig["metric"] for fig in figures}] if records else [],
+        "roofline": _roofline(run, records) if records else None,
+        "cases": case_table(records, f.axis, run.peak), "raw": raw_stats(records, f.axis),
     }
 
 
-def aligned_table(runs: list[tuple[Run, Rows]]) -> dict[str, Any]:
-    """Cases of several runs aligned on their case keys: median ms per run and its ratio to the first run.
-
-    One row per case key (in order of first appearance); a run that lacks a case, or whose case has
-    no median (oom, skipped, ...), shows its status instead of a number.
-    """
-    by_run = [{r["case_key"]: r for r in rows} for _, rows in runs]
-    keys = list(dict.fromkeys(k for index in by_run for k in index))
-    axes = [resolve_plot_spec(suite_info(run)[1], rows)["x"] for run, rows in runs]
-    out_rows = []
-    for key in keys:
-        first = next(index[key] for index in by_run if key in index)
-        axis = next((a for a, index in zip(axes, by_run) if key in index), None)
-        base = by_run[0].get(key, {}).get("metrics", {}).get("median_ms")
-        cells = []
-        for i, index in enumerate(by_run):
-            r = index.get(key)
-            median = r["metrics"].get("median_ms") if r else None
-            shown = _num(median) if median is not None else (r["status"] if r else "absent")
-            ratio = "" if i == 0 else (f"{median / base:.3f}×" if median and base else "–")
-            cells.append({"median": shown, "ratio": ratio, "status": r["status"] if r else "absent"})
-        out_rows.append({"case_key": key, "line": first["line"], "arch": first["arch"],
-                         "x": _axis_value(first, axis), "cells": cells})
-    shared = len(set.intersection(*(set(index) for index in by_run))) if by_run else 0
-    return {"runs": [run["id"] for run, _ in runs], "rows": out_rows, "shared": shared, "total": len(keys)}
+def _figures(records: Sequence[CaseRecord], spec: PlotSpec, f: Findings) -> list[dict[str, Any]]:
+    """One figure per metric the run measured, the spec's ``y`` first (always drawn: its marks show failures)."""
+    out = []
+    for metric in figure_metrics(spec):
+        if metric != spec.y and not any(r.metric(metric) is not None for r in records):
+            continue
+        fits = {lf.line: lf.fits.get(metric) for lf in f.lines} if metric in FIT_METRICS and spec.numeric else None
+        fig = metric_figure(records, metric, spec, fits, title=spec.title if metric == spec.y else None)
+        out.append({"metric": metric, "name": metric_view(metric).name,
+                    "svg": Markup(figure_svg(fig))})       # matplotlib's SVG: its text is XML-escaped
+    return out
 
 
-def render_report(runs: list[tuple[Run, Rows]], claims: dict[str, Any] | None = None) -> str:
-    """One self-contained HTML page: per run its fingerprint, cases, figure and raw statistics;
-    with several runs, a side-by-side table aligned on case keys (median and ratio to the first run);
-    with ``claims`` (bench claims' JSON record), the claims section: each verdict with its evidence."""
-    contexts = [_run_context(i, run, rows) for i, (run, rows) in enumerate(runs)]
-    suites = list(dict.fromkeys(run["suite"] for run, _ in runs))
-    title = f"bench report · {', '.join(suites + (['claims'] if claims else [])) or 'no runs'}"
-    section: dict[str, Any] = {}
-    if claims:
-        from reports.claims_view import claims_section
-        section = claims_section(claims, heading=3)
-    html = _env().get_template(TEMPLATE).render(
-        title=title, runs=contexts, aligned=aligned_table(runs) if len(runs) > 1 else None,
-        generated=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        **({"claims": None} | section))
-    return html
+def _roofline(run: RunRecord, records: Sequence[CaseRecord]) -> dict[str, Any]:
+    data = roofline_data(records, run.peak)
+    fig = roofline_figure(records, run.peak, data, title=f"roofline · {run.suite}")
+    return {"figure": Markup(figure_svg(fig)), "n_points": data.n_points, "left_out": data.left_out,
+            "not_ok": data.not_ok, "meaning": ABOVE_ROOF_MEANING,
+            "roofs": [{"device": r.device, "dtype": r.dtype, "gflops": num(r.flops_per_s, 1e9, "{:,.1f}"),
+                       "gbps": num(r.bytes_per_s, 1e9, "{:,.1f}"), "ridge": num(r.ridge, 1.0, "{:,.1f}")}
+                      for r in data.roofs],
+            "above": [{"label": p.label, "achieved": num(p.achieved, 1e9, "{:,.1f}"),
+                       "roof": num(p.roof, 1e9, "{:,.1f}"), "ratio": f"{p.achieved / p.roof:.2f}×"}
+                      for p in data.above_roof if p.roof]}
+
+
+def _counts(f: Findings) -> list[tuple[str, int]]:
+    return sorted(f.statuses.items(), key=lambda kv: (kv[0] != "ok", kv[0]))
+
+
+def _sweep(run: RunRecord) -> list[tuple[str, str]]:
+    """The swept values as run (``run.spec``), e.g. ``("seq_len", "512, 1024, 2048")``."""
+    if run.spec is None:
+        return []
+    return [(k, ", ".join(str(v) for v in values)) for k, values in run.spec.sweep.items()]
+
+
+def _command(run: RunRecord) -> str:
+    argv = run.options.get("argv")
+    return "bench " + " ".join(str(a) for a in argv) if isinstance(argv, list) and argv else ""
+
+
+def _devices(records: Sequence[CaseRecord]) -> str:
+    found = dict.fromkeys(f"{r.workload.get('device', 'cpu')} {r.workload.get('dtype', '')}".strip()
+                          for r in records)
+    return ", ".join(found)

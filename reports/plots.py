@@ -1,30 +1,58 @@
-"""Matplotlib figures of a run (one line per suite line, fitted exponents in the legend; a roofline) and inline SVG.
+"""Matplotlib figures of a run's metrics vs its swept axis, and inline SVG for the HTML views.
+
+One figure per metric (latency, peak memory, MACs, throughput), every line of the run in it: each line's
+legend entry carries its exponent fitted over the scaling regime (:func:`harness.stats.fit_scaling`, the
+project's one fit-range rule), the fitted power law is drawn over that regime only and the floor points
+below it are hollow. Cases that produced no number are marks at their x, never gaps.
 
 Figures are built as ``matplotlib.figure.Figure`` objects directly — never through pyplot — so no
-interactive backend, GUI or global figure registry is involved; SVG is written by matplotlib's own
-non-interactive svg backend (``Agg`` is selected as the default backend for anything else).
+interactive backend, GUI or global figure registry is involved.
 """
 from __future__ import annotations
 
 import io
 import math
 import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")  # non-interactive; harmless if already selected
+from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.ticker import LogFormatter  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
-from harness.stats import fit_loglog  # noqa: E402
-from reports.frames import peak_bandwidth, peak_flops, roofline_point, sweep_axis, value  # noqa: E402
+from harness.records import CaseRecord  # noqa: E402
+from harness.stats import Fit, ScalingFit, fit_scaling, top_slope  # noqa: E402
+from reports.frames import is_number  # noqa: E402
+from reports.terminal import fit_text, symbol  # noqa: E402
 
 MiB = 1024 * 1024
 
+
+@dataclass(frozen=True)
+class MetricView:
+    """How a stored metric is drawn: its short name, axis label and the divisor of its unit."""
+
+    name: str
+    label: str
+    scale: float = 1.0
+
+
+FIGURE_METRICS: dict[str, MetricView] = {
+    "median_ms": MetricView("latency", "median latency (ms), 95% CI"),
+    "peak_bytes": MetricView("peak memory", "peak memory (MiB)", MiB),
+    "macs": MetricView("MACs", "GMACs", 1e9),
+    "throughput_per_s": MetricView("throughput", "throughput (items/s)"),
+}
+"""The figures of a run, in order (the suite's plot ``y`` leads when it names another metric)."""
+
 Y_ALIASES = {"latency": "median_ms", "latency_ms": "median_ms", "memory": "peak_bytes", "peak_memory": "peak_bytes",
-             "flops": "flops", "macs": "macs", "params": "params"}
+             "throughput": "throughput_per_s"}
 """Plot-spec ``y`` names that stand for a stored metric."""
 
 ERROR_MARKS = {  # status -> (marker, colour, height in axes fraction)
@@ -36,227 +64,216 @@ ERROR_MARKS = {  # status -> (marker, colour, height in axes fraction)
 """How a case that produced no number is drawn: a mark at its x, on the top edge of the axes."""
 
 
-def resolve_plot_spec(spec: dict[str, Any] | None, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """A complete plot spec: the suite's ``plot`` table, filled with the sweep axis and ``median_ms``."""
-    spec = dict(spec or {})
-    x = sweep_axis(rows, spec.get("x"))
-    y = Y_ALIASES.get(spec.get("y") or "median_ms", spec.get("y") or "median_ms")
-    numeric = bool(rows) and x is not None and all(_is_num(value(r, x)) for r in rows)
-    return {"x": x, "y": y,
-            "x_log": bool(spec.get("x_log", numeric)) and numeric,
-            "y_log": bool(spec.get("y_log", True)),
-            "title": spec.get("title")}
+@dataclass(frozen=True)
+class PlotSpec:
+    """What the figures of a run plot: ``x`` the swept axis (None: one category per line), ``y`` the
+    metric that leads, log scales and the suite's title for the lead figure."""
+
+    x: str | None
+    y: str = "median_ms"
+    x_log: bool = False
+    y_log: bool = True
+    title: str | None = None
+    numeric: bool = False
 
 
-def _is_num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+class PlainLogFormatter(LogFormatter):
+    """Labels the ticks matplotlib's LogFormatter would label, as plain numbers: ``2.5`` and ``0.03``, not
+    ``2.5×10⁰`` (a metric that spans less than a decade is labelled by its minor ticks)."""
+
+    def __call__(self, x: float, pos: int | None = None) -> str:
+        return f"{x:g}" if super().__call__(x, pos) else ""
 
 
-def _tex_safe(text: str) -> str:
-    """Matplotlib treats ``$...$`` as math; labels come from suites and must show verbatim."""
+def metric_view(metric: str) -> MetricView:
+    if metric in FIGURE_METRICS:
+        return FIGURE_METRICS[metric]
+    return MetricView(metric, f"{metric} (MiB)", MiB) if metric.endswith("_bytes") else MetricView(metric, metric)
+
+
+def resolve_plot_spec(plot: Mapping[str, Any] | None, records: Sequence[CaseRecord], axis: str | None) -> PlotSpec:
+    """The suite's ``plot`` table (``run.spec.plot``; ``{}`` for a run stored without it) over ``axis``,
+    the run's sweep axis: ``x_log`` by default where the axis is a number, ``y_log`` by default."""
+    plot = dict(plot or {})
+    y = str(plot.get("y") or "median_ms")
+    numeric = bool(records) and axis is not None and all(is_number(r.value(axis)) for r in records)
+    return PlotSpec(x=axis, y=Y_ALIASES.get(y, y), x_log=bool(plot.get("x_log", numeric)) and numeric,
+                    y_log=bool(plot.get("y_log", True)), title=plot.get("title") or None, numeric=numeric)
+
+
+def figure_metrics(spec: PlotSpec) -> list[str]:
+    """The metrics to draw, the spec's ``y`` first."""
+    return list(dict.fromkeys([spec.y, *FIGURE_METRICS]))
+
+
+def tex_safe(text: Any) -> str:
+    """Matplotlib treats ``$...$`` as math; labels come from results and must show verbatim."""
     return str(text).replace("$", r"\$")
 
 
-def _fit_label(line: str, pts: list[tuple[float, float]]) -> str:
-    fit = fit_loglog([p[0] for p in pts], [p[1] for p in pts]) if len(pts) >= 2 else None
-    if fit is None:
-        return _tex_safe(line)
-    if math.isnan(fit.ci_low):
-        return f"{_tex_safe(line)}  (k = {fit.exponent:.2f})"
-    return f"{_tex_safe(line)}  (k = {fit.exponent:.2f}, 95% CI [{fit.ci_low:.2f}, {fit.ci_high:.2f}])"
+def line_fits(records: Sequence[CaseRecord], metric: str, spec: PlotSpec) -> dict[str, ScalingFit | None]:
+    """Per line, ``metric`` vs the numeric axis over the scaling regime (ok cases only; see :func:`scaling_fit`)."""
+    out: dict[str, ScalingFit | None] = {}
+    for line in dict.fromkeys(r.line for r in records):
+        pts = [(float(r.value(spec.x)), r.metric(metric)) for r in records
+               if r.line == line and r.ok and r.metric(metric) is not None] if spec.numeric and spec.x else []
+        out[line] = scaling_fit([p[0] for p in pts], [p[1] for p in pts]) if len(pts) >= 2 else None
+    return out
 
 
-def suite_figure(rows: list[dict[str, Any]], plot_spec: dict[str, Any] | None = None) -> Figure:
-    """``y`` vs ``x`` with one line per suite line; log-log where the spec says.
+def scaling_fit(x: Sequence[float], y: Sequence[float]) -> ScalingFit | None:
+    """:func:`harness.stats.fit_scaling` of ``y``; for a metric that falls with x (throughput: items per second),
+    the rule is applied to its reciprocal (seconds per item, which rises out of a floor) and the fit mirrored,
+    so its regime and floor are those of the time it is the inverse of."""
+    slope = top_slope(x, y)
+    if slope is None or slope >= 0:
+        return fit_scaling(x, y)
+    inv = fit_scaling(x, [1.0 / v if v else math.inf for v in y])
+    if inv is None:
+        return None
+    f = inv.fit
+    return ScalingFit(Fit(-f.exponent, -f.ci_high, -f.ci_low, -f.intercept, f.r2, f.n), inv.x_min, inv.x_max,
+                      tuple((px, 1.0 / py) for px, py in inv.floor))
 
-    Each legend entry carries the line's fitted log-log exponent ``k`` (``y ~ x**k``, ok cases only)
-    and its 95% CI. Cases without a number (oom, timeout, error, skipped) are drawn as marks at their
-    x on the top edge of the axes, one legend entry per status, so a missing point is never a gap.
-    The error marks carry the SVG id ``status-<status>``.
+
+def metric_figure(records: Sequence[CaseRecord], metric: str, spec: PlotSpec,
+                  fits: Mapping[str, ScalingFit | None] | None = None, title: str | None = None,
+                  figsize: tuple[float, float] = (6.4, 4.8)) -> Figure:
+    """``metric`` vs ``spec.x`` with one line per suite line; log-log where the axis is a size.
+
+    ``fits``: per line its :class:`ScalingFit` of ``metric`` (as :mod:`reports.findings` made them; computed
+    with the same rule when absent). A line's legend entry reads ``line: n^k [lo, hi]``; the fitted power
+    law is drawn over its scaling regime ``[x_min, x_max]`` only (SVG id ``fit-<i>``) and the floor points below it
+    are hollow (``floor-<i>``). Cases without a number (oom, timeout, error, skipped) are marks at their x
+    on the top edge of the axes (``status-<status>``), one legend entry per status.
     """
-    spec = resolve_plot_spec(plot_spec, rows)
-    x_key, y_key = spec["x"], spec["y"]
-    scale, y_label = (MiB, f"{y_key} (MiB)") if y_key.endswith("_bytes") else (1.0, y_key)
-    numeric_x = bool(rows) and x_key is not None and all(_is_num(value(r, x_key)) for r in rows)
-    if numeric_x:
-        def xpos(r: dict[str, Any]) -> float:
-            return float(value(r, x_key))
-        categories: list[str] = []
-    else:  # categorical (or no) sweep axis: positions 0..n-1 labelled with the values
-        categories = list(dict.fromkeys(str(value(r, x_key)) if x_key else r["case_key"][:8] for r in rows))
+    view = metric_view(metric)
+    fits = dict(fits) if fits is not None else line_fits(records, metric, spec)
+    lines = list(dict.fromkeys(r.line for r in records))
+    categories = [] if spec.numeric else list(dict.fromkeys(_category(r, spec) for r in records))
 
-        def xpos(r: dict[str, Any]) -> float:
-            return float(categories.index(str(value(r, x_key)) if x_key else r["case_key"][:8]))
+    def xpos(r: CaseRecord) -> float:
+        return float(r.value(spec.x)) if spec.numeric else float(categories.index(_category(r, spec)))
 
-    fig = Figure(figsize=(8, 4.8), layout="constrained")
+    fig = Figure(figsize=figsize, layout="constrained")
     ax = fig.add_subplot()
     top_edge = blended_transform_factory(ax.transData, ax.transAxes)
     seen_status: dict[str, None] = {}
-    any_points = False
-    for i, line in enumerate(dict.fromkeys(r["line"] for r in rows)):
+    entries: list[tuple[Any, str]] = []          # the lines' legend entries, in the run's line order
+    any_points = any_floor = any_fit = False
+    for i, line in enumerate(lines):
         color = f"C{i % 10}"
-        mine = sorted((r for r in rows if r["line"] == line), key=xpos)
-        ok = [r for r in mine if r["status"] == "ok" and _is_num(r["metrics"].get(y_key))]
-        pts = [(xpos(r), r["metrics"][y_key] / scale) for r in ok]
-        fit_pts = [(float(value(r, x_key)), r["metrics"][y_key]) for r in ok] if numeric_x else []
-        if pts:
+        mine = sorted((r for r in records if r.line == line), key=xpos)
+        ok = [r for r in mine if r.ok and r.metric(metric) is not None]
+        fit = fits.get(line)
+        label = tex_safe(f"{line}: {fit_text(fit, spec.x, regime=False)}" if fit else line)
+        if ok:
             any_points = True
-            xs, ys = [p[0] for p in pts], [p[1] for p in pts]
-            if y_key == "median_ms" and all("ci_low_ms" in r["metrics"] for r in ok):
-                err = [[max(y - r["metrics"]["ci_low_ms"], 0.0) for y, r in zip(ys, ok)],
-                       [max(r["metrics"]["ci_high_ms"] - y, 0.0) for y, r in zip(ys, ok)]]
-                ax.errorbar(xs, ys, yerr=err, color=color, marker="o", ms=4, capsize=2, lw=1.5,
-                            label=_fit_label(line, fit_pts))
-            else:
-                ax.plot(xs, ys, color=color, marker="o", ms=4, lw=1.5, label=_fit_label(line, fit_pts))
+            xs, ys = [xpos(r) for r in ok], [r.metric(metric) / view.scale for r in ok]
+            err = _ci_errors(ok, ys) if metric == "median_ms" else None
+            entries.append((ax.errorbar(xs, ys, yerr=err, color=color, marker="o", ms=4.5, capsize=2 if err else 0,
+                                        lw=1.2, label=label, gid=f"points-{i}"), label))
+            if fit is not None:
+                any_fit = True
+                floor = [(x, y) for x, y in zip(xs, ys) if x < fit.x_min]
+                any_floor = any_floor or bool(floor)
+                _draw_fit(ax, fit, view.scale, color, i)
+                if floor:
+                    ax.plot([p[0] for p in floor], [p[1] for p in floor], ls="", marker="o", ms=7, mfc="white",
+                            mec=color, mew=1.5, zorder=4, gid=f"floor-{i}")
         else:  # keep the line in the legend even when none of its cases produced a number
-            ax.plot([], [], color=color, marker="o", ms=4, lw=1.5, label=_tex_safe(line))
+            entries.append((ax.plot([], [], color=color, marker="o", ms=4.5, lw=1.2, label=label)[0], label))
         for status, (marker, _, height) in ERROR_MARKS.items():
-            bad = [xpos(r) for r in mine if r["status"] == status
-                   or (status == "error" and r["status"] not in ERROR_MARKS and r["status"] != "ok")]
+            bad = [xpos(r) for r in mine if _mark(r) == status]
             if bad:
                 seen_status[status] = None
                 ax.scatter(bad, [height] * len(bad), marker=marker, s=60, color=color, linewidths=2,
                            transform=top_edge, clip_on=False, zorder=5, gid=f"status-{status}")
-    ticks = sorted({xpos(r) for r in rows})
-    if spec["x_log"]:
+    _axes(ax, records, spec, categories, any_points, xpos)
+    ax.set_ylabel(tex_safe(view.label))
+    ax.set_title(tex_safe(title or f"{view.name} vs {spec.x or 'line'}"), fontsize=10)
+    _legend(fig, entries, seen_status, any_fit, any_floor, spec)
+    if not records:
+        ax.text(0.5, 0.5, "no cases stored", transform=ax.transAxes, ha="center", va="center")
+    return fig
+
+
+def _category(r: CaseRecord, spec: PlotSpec) -> str:
+    return str(r.value(spec.x)) if spec.x else r.line
+
+
+def _mark(r: CaseRecord) -> str | None:
+    """The error mark of a case that produced no number (an unknown status counts as an error)."""
+    if r.ok:
+        return None
+    return r.status if r.status in ERROR_MARKS else "error"
+
+
+def _ci_errors(ok: list[CaseRecord], ys: list[float]) -> list[list[float]] | None:
+    lows, highs = [r.metric("ci_low_ms") for r in ok], [r.metric("ci_high_ms") for r in ok]
+    if any(v is None for v in lows + highs):
+        return None
+    return [[max(y - lo, 0.0) for y, lo in zip(ys, lows)], [max(hi - y, 0.0) for y, hi in zip(ys, highs)]]
+
+
+def _draw_fit(ax: Axes, fit: ScalingFit, scale: float, color: str, i: int) -> None:
+    """The fitted power law over the scaling regime only: a broad translucent band under the points."""
+    n = 24
+    lo, hi = math.log(fit.x_min), math.log(fit.x_max)
+    xs = [math.exp(lo + (hi - lo) * j / (n - 1)) for j in range(n)]
+    ys = [math.exp(fit.fit.intercept) * x ** fit.exponent / scale for x in xs]
+    ax.plot(xs, ys, color=color, lw=5, alpha=0.22, solid_capstyle="round", zorder=1, gid=f"fit-{i}")
+
+
+def _axes(ax: Axes, records: Sequence[CaseRecord], spec: PlotSpec, categories: list[str], any_points: bool,
+          xpos: Any) -> None:
+    ticks = sorted({xpos(r) for r in records})
+    if spec.x_log:
         ax.set_xscale("log")
         if ticks and len(ticks) <= 12:
             ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
             ax.minorticks_off()
-    if numeric_x and ticks:  # the error marks are not in the data limits: make room for every x
+    if spec.numeric and ticks:  # the error marks are not in the data limits: make room for every x
         lo, hi = ticks[0], ticks[-1]
-        if spec["x_log"]:
+        if spec.x_log:
             pad = (hi / lo) ** 0.05 if hi > lo else 2.0
             ax.set_xlim(lo / pad, hi * pad)
         else:
             pad = 0.05 * (hi - lo) if hi > lo else max(abs(lo) * 0.1, 1.0)
             ax.set_xlim(lo - pad, hi + pad)
     if categories:
-        ax.set_xticks(range(len(categories)), [_tex_safe(c) for c in categories])
+        ax.set_xticks(range(len(categories)), [tex_safe(c) for c in categories],
+                      rotation=20 if sum(map(len, categories)) > 60 else 0, ha="right" if
+                      sum(map(len, categories)) > 60 else "center")
         ax.set_xlim(-0.5, len(categories) - 0.5)
-    if spec["y_log"] and any_points:
+    if spec.y_log and any_points:
         ax.set_yscale("log")
-    ax.set_xlabel(_tex_safe(x_key or "case"))
-    ax.set_ylabel(_tex_safe(y_label))
+        ax.yaxis.set_minor_formatter(PlainLogFormatter(labelOnlyBase=False))
+    ax.set_xlabel(tex_safe(spec.x or "line"))
     ax.grid(True, which="major", alpha=0.3)
-    suites = sorted({r["suite"] for r in rows})
-    ax.set_title(_tex_safe(spec["title"] or " / ".join(suites)), fontsize=11)
-    handles, labels = ax.get_legend_handles_labels()
+
+
+def _legend(fig: Figure, entries: list[tuple[Any, str]], seen_status: Mapping[str, None], any_fit: bool,
+            any_floor: bool, spec: PlotSpec) -> None:
+    """Below the axes: the lines (with their fits), then what the fit band, hollow points and marks mean."""
+    handles, labels = [h for h, _ in entries], [lbl for _, lbl in entries]
+    if any_fit:
+        handles.append(Line2D([], [], color="0.5", lw=5, alpha=0.3))
+        labels.append("fitted power law, over the scaling regime")
+    if any_floor:
+        handles.append(Line2D([], [], ls="", marker="o", ms=7, mfc="white", mec="0.4", mew=1.5))
+        labels.append("floor: below the regime, not fitted")
     for status in seen_status:
         marker, mark_color, _ = ERROR_MARKS[status]
         handles.append(Line2D([], [], ls="", marker=marker, color=mark_color, ms=7, mew=2))
         labels.append(status)
-    if handles:
-        ax.legend(handles, labels, fontsize=8, loc="best", title="line (fitted log-log exponent k)",
-                  title_fontsize=8)
-    if not rows:
-        ax.text(0.5, 0.5, "no cases stored", transform=ax.transAxes, ha="center", va="center")
-    return fig
-
-
-def roofline_data(rows: list[dict[str, Any]], peak: dict[str, Any] | None) -> dict[str, Any]:
-    """What the roofline of a run shows, without drawing it.
-
-    ``points``: per line, ``[(case_key, intensity FLOP/byte, achieved FLOP/s)]`` of the ok cases
-    that have ``flops``, ``bytes_moved`` and ``median_ms``; ``left_out``: how many measured
-    (ok) cases lack one of them; ``not_ok``: cases that did not finish ok; ``roofs``: one per
-    (device, dtype) of the run's cases with a measured peak: ``{device, dtype, flops_per_s,
-    bytes_per_s, ridge}`` (``bytes_per_s`` / ``ridge`` None when the bandwidth is missing).
-    """
-    points: dict[str, list[tuple[str, float, float]]] = {}
-    left_out = 0
-    pairs: dict[tuple[str, str], None] = {}
-    for r in rows:
-        pairs[(str(r["workload"].get("device", "cpu")), str(r["workload"].get("dtype", "fp32")))] = None
-        if r["status"] != "ok":
-            continue
-        pt = roofline_point(r)
-        if pt is None:
-            left_out += 1
-            continue
-        points.setdefault(r["line"], []).append((r["case_key"], pt[0], pt[1]))
-    roofs = []
-    for device, dtype in pairs:
-        top = peak_flops(peak, device, dtype)
-        if not top:
-            continue
-        bw = peak_bandwidth(peak, device)
-        roofs.append({"device": device, "dtype": dtype, "flops_per_s": top, "bytes_per_s": bw,
-                      "ridge": top / bw if bw else None})
-    return {"points": points, "left_out": left_out, "not_ok": sum(r["status"] != "ok" for r in rows),
-            "n_points": sum(len(v) for v in points.values()), "roofs": roofs}
-
-
-def roofline_figure(rows: list[dict[str, Any]], peak: dict[str, Any] | None,
-                    data: dict[str, Any] | None = None) -> Figure:
-    """Log-log roofline of one run: x = arithmetic intensity (counted ``flops`` / ``bytes_moved``,
-    FLOP/byte), y = achieved FLOP/s (``flops`` / median time), one marker per measured case coloured
-    by suite line; the machine's measured roofs from ``peak`` (a run's ``options["peak"]``): the
-    matmul peak of the cases' dtype (horizontal, SVG id ``roof-compute-<dtype>``), the copy bandwidth
-    slope ``y = bandwidth · x`` (``roof-memory-<dtype>``) and their ridge point (``ridge-<dtype>``).
-    Ok cases without the metrics are left out and counted in a note; never raises on missing data.
-    ``data``: :func:`roofline_data` of the same rows and peak, when the caller already has it.
-    """
-    data = data or roofline_data(rows, peak)
-    fig = Figure(figsize=(9.5, 4.8), layout="constrained")
-    ax = fig.add_subplot()
-    xs_all = [p[1] for pts in data["points"].values() for p in pts]
-    ys_all = [p[2] for pts in data["points"].values() for p in pts]
-    for i, line in enumerate(dict.fromkeys(r["line"] for r in rows)):
-        pts = data["points"].get(line)
-        if not pts:
-            continue
-        ax.scatter([p[1] for p in pts], [p[2] for p in pts], color=f"C{i % 10}", s=28, zorder=4,
-                   marker="os^vDP"[(i // 10) % 6], label=_tex_safe(line), gid=f"points-{i}")
-    ridges = [r["ridge"] for r in data["roofs"] if r["ridge"]]
-    tops = [r["flops_per_s"] for r in data["roofs"]]
-    anchors_x = xs_all + ridges
-    if anchors_x:
-        lo, hi = min(anchors_x) / 4, max(anchors_x) * 4
-    else:
-        lo, hi = 0.1, 1000.0
-    styles = ["-", "--", ":", "-."]
-    for j, roof in enumerate(data["roofs"]):
-        ls, dt = styles[j % len(styles)], _tex_safe(roof["dtype"])
-        where = f"{_tex_safe(roof['device'])} {dt}"
-        top, bw, ridge = roof["flops_per_s"], roof["bytes_per_s"], roof["ridge"]
-        if ridge:
-            ax.plot([ridge, hi], [top, top], color="k", ls=ls, lw=1.4, gid=f"roof-compute-{roof['dtype']}",
-                    label=f"matmul peak {where}: {top / 1e9:,.1f} GFLOP/s")
-            ax.plot([lo, ridge], [bw * lo, top], color="0.45", ls=ls, lw=1.4, gid=f"roof-memory-{roof['dtype']}",
-                    label=f"copy bandwidth {_tex_safe(roof['device'])}: {bw / 1e9:,.1f} GB/s")
-            ax.plot([ridge], [top], ls="", marker="D", color="k", ms=6, zorder=5, gid=f"ridge-{roof['dtype']}",
-                    label=f"ridge {ridge:,.1f} FLOP/byte")
-        else:
-            ax.plot([lo, hi], [top, top], color="k", ls=ls, lw=1.4, gid=f"roof-compute-{roof['dtype']}",
-                    label=f"matmul peak {where}: {top / 1e9:,.1f} GFLOP/s (no bandwidth measured)")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlim(lo, hi)
-    y_vals = ys_all + tops
-    if y_vals:
-        ax.set_ylim(min(y_vals) / 5, max(y_vals) * 3)
-    ax.set_xlabel("arithmetic intensity (FLOP/byte) = counted FLOPs / bytes moved")
-    ax.set_ylabel("achieved FLOP/s = counted FLOPs / median time")
-    ax.grid(True, which="major", alpha=0.3)
-    suites = sorted({r["suite"] for r in rows})
-    ax.set_title(_tex_safe("roofline" + (f" · {' / '.join(suites)}" if suites else "")), fontsize=11)
-    notes = ["FLOPs = 2·MACs; bytes moved: each op reads its inputs and writes its outputs once (no cache reuse)"]
-    if not data["roofs"]:
-        notes.append("no measured peak stored for these cases (--no-calibrate or an older run): no roofs")
-    if data["left_out"]:
-        notes.append(f"{data['left_out']} ok case(s) left out: no flops, bytes_moved or median time")
-    if not data["n_points"]:
-        ax.text(0.5, 0.5, "no case with flops, bytes_moved and a median time", transform=ax.transAxes,
-                ha="center", va="center")
-    fig.text(0.01, 0.005, _tex_safe("\n".join(notes)), fontsize=7, color="0.3", ha="left", va="bottom",
-             gid="roofline-note")
-    fig.get_layout_engine().set(rect=(0, 0.03 * len(notes), 1, 1 - 0.03 * len(notes)))
-    handles, labels = ax.get_legend_handles_labels()
-    if handles:
-        ax.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return fig
+    if not handles:
+        return
+    longest = max(len(lbl) for lbl in labels)
+    ncols = 2 if len(handles) > 3 and longest <= 44 else 1
+    title = f"line: {symbol(spec.x)}^exponent [95% CI] over the scaling regime" if any_fit else None
+    fig.legend(handles, labels, loc="outside lower center", ncols=ncols, fontsize=7, title=title,
+               title_fontsize=7, frameon=False)
 
 
 _SVG_START = re.compile(r"<svg\b")

@@ -1,16 +1,25 @@
-"""Rich tables for the terminal: a run's cases and its fitted exponents."""
+"""Rich tables and plain sentences for the terminal: a run's headline, findings and cases, the stored
+runs, a comparison of two runs, and the claims' verdicts (from their JSON record)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from rich.table import Table
 
-from harness.stats import Fit
-from reports.frames import EXPONENT_METRICS, rates, value
+from harness.records import CaseRecord, RunRecord
+from harness.stats import ScalingFit
+from reports.compare import Comparison
+from reports.findings import FIT_METRICS, Contrast, Findings, LineFinding, Ratio
+from reports.frames import rates
 
 STATUS_STYLE = {"ok": "green", "oom": "red", "timeout": "yellow", "error": "bold red", "skipped": "dim"}
+VERDICT_STYLE = {"supported": "green", "partly supported": "yellow", "contradicted": "red", "inconclusive": "dim"}
 MiB = 1024 * 1024
+AXIS_SYMBOL = {"seq_len": "n", "img_size": "s", "batch_size": "b", "n_layers": "L", "n_heads": "h"}
+HEADLINE_LINES = 8
+"""A run with more lines than this lists, in its headline, only the lines of the contrasts it shows."""
 
 
 def _num(value: float | None, scale: float = 1.0, fmt: str = "{:,.2f}") -> str:
@@ -19,25 +28,38 @@ def _num(value: float | None, scale: float = 1.0, fmt: str = "{:,.2f}") -> str:
     return fmt.format(value / scale)
 
 
-def pct_peak(row: dict[str, Any], peak: dict[str, Any] | None) -> str:
+def symbol(axis: str | None) -> str:
+    return AXIS_SYMBOL.get(axis or "", axis or "x")
+
+
+def fit_text(fit: ScalingFit | None, axis: str | None, regime: bool = True) -> str:
+    """``n^2.02 [1.98, 2.05]`` (with ``for n ≥ 1024`` when the fit leaves a floor below); ``-`` for no fit."""
+    if fit is None:
+        return "-"
+    text = f"{symbol(axis)}^{fit}"
+    if regime and fit.floor:
+        text += f" for {symbol(axis)} ≥ {fit.x_min:g}"
+    return text
+
+
+def pct_peak(rec: CaseRecord, peak: dict[str, Any] | None) -> str:
     """A case's achieved FLOP/s (counted ``flops`` / median time) as a percentage of the measured matmul
-    peak of its dtype on its device (``options["peak"]``), one decimal; ``""`` without a peak or flops."""
-    share = rates(row, peak).get("peak_share") if peak else None
+    peak of its dtype on its device, one decimal; ``""`` without a peak or flops."""
+    share = rates(rec, peak).get("peak_share") if peak else None
     return "" if share is None else f"{100.0 * share:.1f}"
 
 
-def cases_table(rows: list[dict[str, Any]], axis: str | None, title: str = "",
+def cases_table(records: Sequence[CaseRecord], axis: str | None, title: str = "",
                 peak: dict[str, Any] | None = None) -> Table:
     """One row per case: size, status, median latency with its 95% CI, MACs, % of peak, params, peak memory.
 
-    ``peak`` is the run's ``options["peak"]`` (:mod:`harness.calibrate`); ``% peak`` is the case's
-    achieved FLOP/s over the measured matmul peak of its dtype, blank where either is missing.
-    Columns that would say the same thing on every row (one architecture, no notes) are left out.
+    ``% peak`` is the case's achieved FLOP/s over the measured matmul peak of its dtype, blank where either
+    is missing. Columns that would say the same thing on every row (one architecture, no notes) are left out.
     """
-    archs = sorted({r["arch"] for r in rows})
+    archs = sorted({r.arch for r in records})
     show_arch = len(archs) > 1
-    notes = [r["message"].splitlines()[0][:90] if r["message"] else ("noisy" if r["metrics"].get("noisy") else "")
-             for r in rows]
+    notes = [r.message.splitlines()[0][:90] if r.message else ("noisy" if r.metric("noisy") else "")
+             for r in records]
     table = Table(title=title if show_arch else f"{title} · {archs[0] if archs else ''}", header_style="bold")
     cols = [("line", "left")] + ([("arch", "left")] if show_arch else []) + [
         (axis or "case", "right"), ("status", "left"), ("median ms", "right"), ("95% CI ms", "right"),
@@ -45,40 +67,137 @@ def cases_table(rows: list[dict[str, Any]], axis: str | None, title: str = "",
     cols += [("note", "left")] if any(notes) else []
     for col, just in cols:
         table.add_column(col, justify=just, no_wrap=col not in ("line", "arch", "note"), overflow="fold")
-    for r, note in zip(rows, notes):
-        m = r["metrics"]
-        ci = f"{m['ci_low_ms']:,.1f}–{m['ci_high_ms']:,.1f}" if "ci_low_ms" in m else "-"
-        cells = [r["line"]] + ([r["arch"]] if show_arch else []) + [
-            str(value(r, axis)) if axis else r["case_key"][:8],
-            f"[{STATUS_STYLE.get(r['status'], '')}]{r['status']}[/]",
-            _num(m.get("median_ms")), ci, _num(m.get("macs"), 1e9, "{:,.2f}"), pct_peak(r, peak),
-            _num(m.get("params"), 1e6, "{:,.1f}"),
-            _num(m.get("peak_bytes"), MiB, "{:,.0f}"), _num(m.get("est_peak_bytes"), MiB, "{:,.0f}")]
+    for r, note in zip(records, notes):
+        lo, hi = r.metric("ci_low_ms"), r.metric("ci_high_ms")
+        ci = f"{lo:,.1f}–{hi:,.1f}" if lo is not None and hi is not None else "-"
+        cells = [r.line] + ([r.arch] if show_arch else []) + [
+            str(r.value(axis)) if axis else r.case_key[:8],
+            f"[{STATUS_STYLE.get(r.status, '')}]{r.status}[/]",
+            _num(r.metric("median_ms")), ci, _num(r.metric("macs"), 1e9, "{:,.2f}"), pct_peak(r, peak),
+            _num(r.metric("params"), 1e6, "{:,.1f}"),
+            _num(r.metric("peak_bytes"), MiB, "{:,.0f}"), _num(r.metric("est_peak_bytes"), MiB, "{:,.0f}")]
         table.add_row(*cells, *([note] if any(notes) else []))
     return table
 
 
-def _fit(f: Fit | None) -> str:
-    return "-" if f is None else str(f)
-
-
-def exponents_table(fits: dict[str, dict[str, Fit | None]], axis: str) -> Table:
-    """Fitted log-log exponent (95% CI) of MACs, latency and memory vs ``axis``, per line."""
-    table = Table(title=f"log-log exponent vs {axis} (95% CI)", header_style="bold")
+def findings_table(f: Findings) -> Table:
+    """Per line: the fitted exponent (95% CI) of time, memory and MACs vs the axis over the scaling
+    regime, and the time floor below it."""
+    table = Table(title=f"scaling exponents vs {f.axis} (95% CI; fitted where {symbol(f.axis)} scales, "
+                        "the floor apart)", header_style="bold")
     table.add_column("line")
-    for label in EXPONENT_METRICS.values():
-        table.add_column(label, justify="right")
-    for line, per_metric in fits.items():
-        table.add_row(line, *(_fit(per_metric[m]) for m in EXPONENT_METRICS))
+    for name in FIT_METRICS.values():
+        table.add_column(name, justify="right")
+    table.add_column("time floor", justify="right")
+    for lf in f.lines:
+        t = lf.fits.get("median_ms")
+        floor = f"{t.floor_y:,.2f} ms for {symbol(f.axis)} ≤ {t.floor[-1][0]:g}" if t and t.floor else ""
+        table.add_row(lf.line, *(fit_text(lf.fits.get(m), f.axis) for m in FIT_METRICS), floor)
     return table
 
 
-def runs_table(runs: list[dict[str, Any]]) -> Table:
+def _times(r: Ratio, faster: str, slower: str, same: str, tol: float = 0.03) -> str:
+    interval = f" [{r.lo:.2g}, {r.hi:.2g}]" if r.lo is not None and r.hi is not None else ""
+    if abs(r.value - 1) < tol:
+        return same + (f" ({r.value:.2f}×{interval})" if interval else "")
+    if r.value > 1:
+        return f"{r.value:.2g}×{interval} {faster}"
+    return f"{1 / r.value:.2g}× {slower}" + (f" [{1 / r.hi:.2g}, {1 / r.lo:.2g}]" if interval else "")
+
+
+def contrast_text(c: Contrast, axis: str | None) -> str:
+    """``at n=4096, 'sdpa fwd' vs 'eager fwd' (attn_impl): 3.1× [2.9, 3.3] faster, 12× less memory``."""
+    where = f"at {symbol(axis)}={c.x}, " if axis else ""
+    parts = []
+    if c.time:
+        parts.append(_times(c.time, "faster", "slower", "the same time"))
+    if c.memory:
+        parts.append(_times(c.memory, "less memory", "more memory", "the same memory"))
+    if c.macs and abs(c.macs.value - 1) >= 0.03:
+        parts.append(_times(c.macs, "fewer MACs", "more MACs", "the same MACs"))
+    return f"{where}{c.b} vs {c.a} ({c.key} {c.b_value} vs {c.a_value}): " + ", ".join(parts or ["no figures"])
+
+
+def line_text(lf: LineFinding, axis: str | None) -> str:
+    """``eager fwd: time ∝ n^2.02 [1.98, 2.05], memory ∝ n^2.00 [...], MACs ∝ n^2.00; time floor 4.4 ms for n ≤ 512``."""
+    parts = [f"{name} ∝ {fit_text(lf.fits[m], axis)}" for m, name in FIT_METRICS.items() if lf.fits.get(m)]
+    t = lf.fits.get("median_ms")
+    if t is not None and t.floor:
+        parts.append(f"time floor {t.floor_y:,.3g} ms for {symbol(axis)} ≤ {t.floor[-1][0]:g}")
+    failed = {s: n for s, n in lf.statuses.items() if s != "ok"}
+    if failed:
+        parts.append(", ".join(f"{n} {s}" for s, n in failed.items()))
+    return f"{lf.line}: " + ("; ".join(parts) if parts else "no fit (fewer than 2 ok sizes)")
+
+
+def headline_contrasts(f: Findings) -> list[Contrast]:
+    """One contrast per differing parameter: the pair whose other parameters are those of the first line
+    that has one (e.g. eager vs sdpa at MHA fwd), at the largest size both reached."""
+    chosen: dict[str, Contrast] = {}
+    first = {lf.line: lf.params for lf in f.lines}
+    for c in f.contrasts:
+        if c.key in chosen:
+            continue
+        base = first[c.a]
+        rivals = [d for d in f.contrasts if d.key == c.key]
+        anchor = next((lf.params for lf in f.lines if any(d.a == lf.line for d in rivals)), base)
+        chosen[c.key] = next((d for d in rivals if all(first[d.a].get(k) == v for k, v in anchor.items()
+                                                      if k != c.key)), c)
+    return list(chosen.values())
+
+
+def headline_lines(f: Findings) -> list[str]:
+    """What the run shows, in a few sentences: how each line scales, and the one-parameter contrasts."""
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(f.statuses.items(), key=lambda kv: kv[0] != "ok"))
+    out = [f"{f.suite} · run {f.run_id} · {sum(f.statuses.values())} cases: {counts}"]
+    contrasts = headline_contrasts(f)
+    shown = f.lines
+    if len(shown) > HEADLINE_LINES:
+        named = {c.a for c in contrasts} | {c.b for c in contrasts}
+        shown = [lf for lf in f.lines if lf.line in named][:HEADLINE_LINES]
+    if f.axis and any(any(lf.fits.values()) for lf in shown):
+        out += ["  " + line_text(lf, f.axis) for lf in shown]
+    out += ["  " + contrast_text(c, f.axis) for c in contrasts]
+    return out
+
+
+def runs_table(runs: Sequence[RunRecord]) -> Table:
     table = Table(title="stored runs, newest first", header_style="bold")
     for col in ("run", "suite", "quick", "status", "cases", "started", "commit"):
         table.add_column(col)
     for r in runs:
-        commit = (r["env"].get("soft", {}).get("commit") or "")[:10]
-        table.add_row(r["id"], r["suite"], "yes" if r["quick"] else "", r["status"],
-                      f"{r['stored']}/{r['n_cases']}", r["started_at"], commit)
+        table.add_row(r.id, r.suite, "yes" if r.quick else "", r.status, f"{r.stored}/{r.n_cases}", r.started_at,
+                      r.commit[:10])
     return table
+
+
+def compare_table(result: Comparison, a_id: str, b_id: str) -> Table:
+    """Per case shared by two runs: A's and B's median, B/A with its 95% bootstrap CI, and the verdict."""
+    table = Table(title=f"B {b_id} vs A {a_id} (ratio = B/A median, 95% bootstrap CI)", header_style="bold")
+    for col in ("line", "arch", result.axis or "case", "A ms", "B ms", "ratio [95% CI]", "verdict"):
+        table.add_column(col, justify="right" if col in ("A ms", "B ms", "ratio [95% CI]") else "left")
+    style = {"faster": "green", "slower": "red", "same": "dim"}
+    for r in result.rows:
+        table.add_row(r["line"], r["arch"], str(r["axis_value"]) if result.axis else r["case_key"][:8],
+                      f"{r['a_median_ms']:,.3f}", f"{r['b_median_ms']:,.3f}",
+                      f"{r['ratio']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]",
+                      f"[{style[r['verdict']]}]{r['verdict']}[/]")
+    return table
+
+
+_MARK = {"pass": "✓", "fail": "✗"}
+
+
+def verdict_table(doc: dict[str, Any]) -> Table:
+    """The claims' verdicts with the figures that decided them, from a checked claims document."""
+    t = Table(title="claims: verdicts (figures with 95% intervals)", header_style="bold", show_lines=False)
+    for col in ("id", "claim", "verdict", "deciding figures"):
+        t.add_column(col, overflow="fold")
+    for c in doc["claims"]:
+        figs = "; ".join(f"{o['figure']} {o['measured']['text']} {_MARK.get(o['status'], '?')}"
+                         for o in c["rules"] if o["measured"] is not None and o["status"] != "unavailable")
+        missing = [o["detail"] for o in c["rules"] if o["status"] == "unavailable"]
+        if missing:
+            figs += ("; " if figs else "") + "not tested: " + "; ".join(missing)
+        t.add_row(c["id"], c["title"], f"[{VERDICT_STYLE[c['verdict']]}]{c['verdict']}[/]", figs)
+    return t

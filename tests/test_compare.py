@@ -2,18 +2,14 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
 import pytest
 
-from harness.spec import Record
+from harness.records import CaseRecord, RunRecord
 from harness.store import Store
 from reports.compare import compare_runs, env_differences
-from tests.conftest import invoke, run_tiny
-
-RECORD_FIELDS = ("case_key", "suite", "line", "arch", "status", "message", "config", "workload", "metrics",
-                 "samples_s", "duration_s")
-
-
+from tests.helpers import invoke, run_tiny
 
 
 @pytest.fixture(scope="module")
@@ -23,18 +19,16 @@ def stored(tmp_path_factory):
     assert res.exit_code == 0, res.stderr
     store = Store(url, create=False)
     run = store.get_run("latest")
-    return url, store, run, store.records(run["id"])
+    return url, store, run, store.records(run.id)
 
 
-def _copy_run(store: Store, run: dict, rows: list[dict], scale: float = 1.0, env: dict | None = None,
+def _copy_run(store: Store, run: RunRecord, rows: list[CaseRecord], scale: float = 1.0, env: dict | None = None,
               drop: int = 0) -> str:
     """A synthetic run holding ``rows`` (all but the last ``drop``) with every sample scaled by ``scale``."""
-    run_id = store.create_run(run["suite"], run["suite_path"], run["quick"], len(rows),
-                              env if env is not None else run["env"], {"synthetic": True})
+    run_id = store.create_run(run.suite, run.suite_path, run.quick, len(rows),
+                              dict(env if env is not None else run.env), {"synthetic": True})
     for r in rows[:len(rows) - drop]:
-        rec = Record(**{k: copy.deepcopy(r[k]) for k in RECORD_FIELDS})
-        rec.samples_s = [s * scale for s in rec.samples_s]
-        store.add_record(run_id, rec)
+        store.add_record(run_id, replace(r, samples_s=tuple(s * scale for s in r.samples_s)))
     store.finish_run(run_id)
     return run_id
 
@@ -46,7 +40,7 @@ def test_run_against_itself_is_all_same_ratio_exactly_one(stored):
     assert all(r["ratio"] == 1.0 and r["verdict"] == "same" for r in result.rows)
     assert result.counts == {"faster": 0, "slower": 0, "same": 6} and result.geomean_ratio == 1.0
     assert result.axis == "seq_len" and sorted({r["axis_value"] for r in result.rows}) == [16, 32, 64]
-    res = invoke("compare", run["id"], run["id"], "--store", url)
+    res = invoke("compare", run.id, run.id, "--store", url)
     assert res.exit_code == 0, res.stderr
     assert "6 cases compared: 0 faster, 0 slower, 6 same" in res.stdout
     assert "geometric-mean ratio B/A 1.000" in res.stdout
@@ -62,33 +56,33 @@ def test_samples_scaled_by_two_are_slower(stored):
         assert r["ratio"] == pytest.approx(2.0, rel=1e-9)
         assert r["ci_low"] > 1.0 and r["b_median_ms"] == pytest.approx(2 * r["a_median_ms"])
     assert result.geomean_ratio == pytest.approx(2.0)
-    res = invoke("compare", run["id"], b_id, "--store", url)
+    res = invoke("compare", run.id, b_id, "--store", url)
     assert res.exit_code == 0, res.stderr
     assert "0 faster, 6 slower, 0 same" in res.stdout
     # and the other way round, B is faster
-    back = invoke("compare", b_id, run["id"], "--store", url)
+    back = invoke("compare", b_id, run.id, "--store", url)
     assert "6 faster, 0 slower, 0 same" in back.stdout and "geometric-mean ratio B/A 0.500" in back.stdout
 
 
 def test_cases_in_one_run_only_and_not_ok_are_counted(stored):
     url, store, run, rows = stored
     b_id = _copy_run(store, run, rows, drop=2)
-    errored = dict(rows[0], status="error", message="boom", samples_s=[])
+    errored = replace(rows[0], status="error", message="boom", samples_s=())
     result = compare_runs([errored, *rows[1:]], store.records(b_id))
     assert (result.only_a, result.only_b, result.not_ok, len(result.rows)) == (2, 0, 1, 3)
-    res = invoke("compare", run["id"], b_id, "--store", url)
+    res = invoke("compare", run.id, b_id, "--store", url)
     assert "4 cases compared" in res.stdout and "only in A 2" in res.stdout
 
 
 def test_differing_fingerprint_warns_one_line_naming_keys(stored):
     url, store, run, rows = stored
-    env = copy.deepcopy(run["env"])
+    env = copy.deepcopy(run.env)
     env["hard"]["cpu"] = "Some Other CPU"
     env["hard"]["threads"] = 64
     env["soft"]["host"] = "elsewhere"          # soft fields never warn
     b_id = _copy_run(store, run, rows, env=env)
-    assert env_differences(run["env"], env) == ["cpu", "threads"]
-    res = invoke("compare", run["id"], b_id, "--store", url)
+    assert env_differences(run.env, env) == ["cpu", "threads"]
+    res = invoke("compare", run.id, b_id, "--store", url)
     assert res.exit_code == 0
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("warning") and "cpu, threads" in lines[0]
@@ -98,7 +92,7 @@ def test_differing_fingerprint_warns_one_line_naming_keys(stored):
 
 def test_unknown_run_exit_2_one_line(stored):
     url, _, run, _ = stored
-    res = invoke("compare", run["id"], "19990101-nope", "--store", url)
+    res = invoke("compare", run.id, "19990101-nope", "--store", url)
     assert res.exit_code == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "19990101-nope" in lines[0]

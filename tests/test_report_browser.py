@@ -1,8 +1,10 @@
 """`bench report` in a real headless browser: the self-contained HTML loads, renders and stays offline.
 
 One real run of the tiny suite (inline executor) plus a second run made from its records (every
-median doubled, as in test_report.py), so the multi-run aligned view is rendered too. The report is
+median doubled, as in test_report.py), so the side-by-side view is rendered too. The report is
 opened as file:// in Debian's headless chromium through selenium and the system chromedriver.
+The first screen (1280×800) must hold the findings and a figure; it is saved to
+/tmp/report_first_screen.png to be looked at.
 
 `page_problems` is the checker; `test_checker_flags_broken_pages` feeds it deliberately broken
 copies of the report so every one of its checks is shown to be able to fail.
@@ -16,6 +18,7 @@ import http.server
 import io
 import json
 import os
+import re
 import shutil
 import threading
 from pathlib import Path
@@ -23,13 +26,16 @@ from pathlib import Path
 import pytest
 
 from harness.store import Store
-from tests.conftest import invoke, run_tiny, store_slower_copy
+from tests.helpers import invoke, run_tiny, store_slower_copy
 
 pytestmark = pytest.mark.browser
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 CHECKS = ("loads", "console", "js-errors", "figures", "page-blank", "figure-blank", "network")
+FIRST_SCREEN = (1280, 800)
+FIRST_SCREEN_PNG = Path("/tmp/report_first_screen.png")
+HEX16 = re.compile(r"\b[0-9a-f]{16}\b")
 
 # collects uncaught errors and failed loads before any page script runs
 ERROR_HOOK = """
@@ -81,7 +87,8 @@ def driver():
 
 
 @pytest.fixture(scope="module")
-def report_html(tmp_path_factory) -> Path:
+def built(tmp_path_factory) -> tuple[Path, set[str]]:
+    """The report of two runs and the claims, and the case keys of those runs."""
     tmp = tmp_path_factory.mktemp("browser")
     _, url, result = run_tiny(tmp)
     assert result.exit_code == 0, result.output
@@ -92,13 +99,19 @@ def report_html(tmp_path_factory) -> Path:
     result = invoke("claims", "--quick", "--only", "C12,C26,C33", "--store", url, "-o", str(claims))
     assert result.exit_code == 0, result.output
     out = tmp / "report.html"
-    result = invoke("report", first["id"], second, "--store", url, "--claims", str(claims.with_suffix(".json")),
+    result = invoke("report", first.id, second, "--store", url, "--claims", str(claims.with_suffix(".json")),
                     "-o", str(out))
     assert result.exit_code == 0, result.output
     text = out.read_text(encoding="utf-8")
     assert text.count("<svg") >= 3 and 'class="aligned"' in text     # a figure per run + a claim's, aligned
     assert 'id="claims"' in text and 'id="C33"' in text
-    return out
+    keys = {r.case_key for ref in (first.id, second) for r in store.records(ref)}
+    return out, keys
+
+
+@pytest.fixture(scope="module")
+def report_html(built) -> Path:
+    return built[0]
 
 
 # ---------------------------------------------------------------- the checker
@@ -206,6 +219,47 @@ def test_report_renders_in_headless_chromium(driver, report_html):
     assert len(verdicts) == 4 and driver.find_element("id", "C33").is_displayed()
 
 
+FIRST_SCREEN_JS = """
+const vh = window.innerHeight, vw = window.innerWidth;
+const inside = r => r.top >= 0 && r.bottom <= vh && r.height > 0;
+const findings = [...document.querySelectorAll('.headline li')].filter(li => inside(li.getBoundingClientRect()));
+const figures = [...document.querySelectorAll('svg')].map(s => s.getBoundingClientRect())
+    .filter(r => r.height > 0 && r.top >= 0 && Math.min(r.bottom, vh) - r.top >= 0.6 * r.height);
+return {vh: vh, vw: vw, findings: findings.map(li => li.innerText), figures: figures.length,
+        scrollY: window.scrollY};
+"""
+
+
+def test_first_screen_holds_the_findings_and_a_figure(driver, report_html):
+    width, height = FIRST_SCREEN
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+    try:
+        driver.get(report_html.resolve().as_uri())
+        seen = driver.execute_script(FIRST_SCREEN_JS)
+        png = driver.get_screenshot_as_png()
+    finally:
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    FIRST_SCREEN_PNG.write_bytes(png)
+    assert (seen["vw"], seen["vh"], seen["scrollY"]) == (width, height, 0)
+    assert any(" vs " in s and "×" in s for s in seen["findings"]), seen      # a contrast: "3.1× [2.9, 3.3] faster"
+    assert any("∝ n^" in s for s in seen["findings"]), seen                  # a fitted exponent of a line
+    assert seen["figures"] >= 1, seen                                          # most of a figure, not its edge
+    assert _looks_blank(png) is None
+
+
+def test_no_case_key_in_the_visible_text(driver, built):
+    path, keys = built
+    driver.get(path.resolve().as_uri())
+    text = driver.execute_script("return document.body.innerText")
+    assert "MHA" in text and "seq_len" in text
+    assert not HEX16.findall(text)
+    assert not [k for k in keys if k in text]
+    opened = driver.execute_script(
+        "document.querySelectorAll('details').forEach(d => d.open = true); return document.body.innerText")
+    assert "raw samples" in opened and not HEX16.findall(opened)    # nor in the raw statistics, opened
+
+
 @pytest.fixture(scope="module")
 def png_server():
     """A local HTTP server with one image, so a broken page can make a real network request."""
@@ -239,9 +293,9 @@ def _breakages(png_url: str) -> dict[str, tuple[str, str]]:
         "loads": ("<h1>", '<h1 style="display:none">'),
         "console": ("</body>", "<script>throw new Error('x')</script></body>"),
         "js-errors": ("</body>", "<script>Promise.reject(new Error('y'))</script></body>"),
-        "figures": ("</style>", "svg { display: none; }</style>"),
+        "figures": ("</style>", "svg { display: none !important; }</style>"),
         "page-blank": ("</style>", "body { visibility: hidden; }</style>"),
-        "figure-blank": ("</style>", "svg { opacity: 0; }</style>"),
+        "figure-blank": ("</style>", "svg { opacity: 0 !important; }</style>"),
         "network": ("</body>", f'<img src="{png_url}" alt=""></body>'),
     }
 

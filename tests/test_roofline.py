@@ -1,8 +1,8 @@
-"""Bytes moved (harness.flops), the roofline figure (reports.plots) and the terminal ``% peak`` column.
+"""Bytes moved (harness.flops), the roofline figure (reports.roofline) and the terminal ``% peak`` column.
 
 ``bytes_moved`` is checked against analytic truths: each op reads its tensor operands and writes its
 results once (no reuse across ops), views move nothing. The roofline is drawn from a real tiny run
-(inline executor, calibrated peak) and from constructed rows with metrics missing.
+(inline executor, calibrated peak) and from constructed records with metrics missing or above the roof.
 """
 from __future__ import annotations
 
@@ -16,13 +16,15 @@ from torch import nn
 from harness import registry
 from harness.fake import build_fake, new_fake_mode
 from harness.flops import count_bytes, count_flops, count_model
+from harness.records import CaseRecord, RunRecord
 from harness.runner import fake_pass
 from harness.spec import Workload
 from harness.store import Store
 from reports.html import render_report
-from reports.plots import figure_svg, roofline_data, roofline_figure
+from reports.plots import figure_svg
+from reports.roofline import ABOVE_ROOF_MEANING, roofline_data, roofline_figure
 from reports.terminal import cases_table
-from tests.conftest import run_tiny
+from tests.helpers import run_tiny
 
 CPU = torch.device("cpu")
 
@@ -120,14 +122,16 @@ def tiny_run(tmp_path_factory):
     assert result.exit_code == 0, result.output
     store = Store(url, create=False)
     run = store.get_run("latest")
-    return run, store.records(run["id"])
+    return run, store.records(run.id)
 
 
-def _points(fig) -> list[tuple[float, float]]:
+def _points(fig, prefix: str = "") -> list[tuple[float, float]]:
+    """Every case marker (``points-<i>``, and ``above-roof-<i>``), or only those whose gid starts with ``prefix``."""
     ax = fig.axes[0]
     out = []
     for coll in ax.collections:
-        if (coll.get_gid() or "").startswith("points-"):
+        gid = coll.get_gid() or ""
+        if gid.startswith(prefix or ("points-", "above-roof-")):
             out.extend((float(x), float(y)) for x, y in coll.get_offsets())
     return out
 
@@ -139,13 +143,13 @@ def _line(fig, gid: str):
 
 
 def test_roofline_has_one_point_per_case_and_the_measured_roofs(tiny_run):
-    run, rows = tiny_run
-    peak = run["options"]["peak"]
+    run, records = tiny_run
+    peak = run.peak
     top, bw = peak["cpu"]["matmul_flops_per_s"]["fp32"], peak["cpu"]["copy_bytes_per_s"]
-    fig = roofline_figure(rows, peak)
-    expected = sorted((r["metrics"]["flops"] / r["metrics"]["bytes_moved"],
-                       r["metrics"]["flops"] / (r["metrics"]["median_ms"] / 1e3)) for r in rows)
-    assert len(rows) == 6 and all(r["status"] == "ok" for r in rows)
+    fig = roofline_figure(records, peak)
+    expected = sorted((r.metrics["flops"] / r.metrics["bytes_moved"],
+                       r.metrics["flops"] / (r.metrics["median_ms"] / 1e3)) for r in records)
+    assert len(records) == 6 and all(r.ok for r in records)
     got = sorted(_points(fig))
     assert len(got) == len(expected) == 6                     # one marker per measured case
     assert [v for p in got for v in p] == pytest.approx([v for p in expected for v in p], rel=1e-9)
@@ -165,49 +169,87 @@ def test_roofline_has_one_point_per_case_and_the_measured_roofs(tiny_run):
 
 
 def test_roofline_svg_and_html_section(tiny_run):
-    run, rows = tiny_run
-    svg = figure_svg(roofline_figure(rows, run["options"]["peak"]))
+    run, records = tiny_run
+    data = roofline_data(records, run.peak)
+    svg = figure_svg(roofline_figure(records, run.peak, data))
     for gid in ("roof-compute-fp32", "roof-memory-fp32", "ridge-fp32"):
         assert f'id="{gid}"' in svg
-    page = render_report([(run, rows)])
-    assert page.count("<svg") == 2                             # the suite figure and the roofline
-    section = page[page.index("<h3>Roofline"):]
+    page = render_report([(run, records)])
+    assert page.count("<svg") == 5                             # latency, memory, MACs, throughput; the roofline
+    section = page[page.index('<h3 id="roofline-0">Roofline'):page.index('id="cases-0"')]
     assert 'id="roof-compute-fp32"' in section and "How to read it" in section
     assert "6 cases plotted" in section and "left out" not in section
+    assert ("above the roof" in section) == bool(data.above_roof)
 
 
 # ------------------------------------------------------------------------------------------
-# 3. Missing metrics: left out and counted, never a crash
+# 3. Constructed records: missing metrics are left out and counted, a point above the roof is flagged
 # ------------------------------------------------------------------------------------------
 
-def _row(key, line, status="ok", **metrics):
-    return {"case_key": key, "suite": "s", "line": line, "arch": "decoder-tiny", "status": status, "message": "",
-            "workload": {"device": "cpu", "dtype": "fp32", "seq_len": 16}, "config": {}, "metrics": metrics,
-            "samples_s": [], "duration_s": 0.0, "run_id": "r"}
+def _rec(key, line, status="ok", seq_len=16, **metrics) -> CaseRecord:
+    return CaseRecord(key, "s", line, "decoder-tiny", status,
+                      workload={"device": "cpu", "dtype": "fp32", "seq_len": seq_len}, metrics=metrics)
 
 
 PEAK = {"cpu": {"matmul_flops_per_s": {"fp32": 100e9}, "copy_bytes_per_s": 10e9}}
 
 
+def _run(peak=PEAK) -> RunRecord:
+    return RunRecord("r", "s", False, "done", 5, "2026-01-01T00:00:00+00:00", options={"peak": peak})
+
+
 def test_missing_metrics_are_left_out_and_counted():
-    rows = [_row("a", "L1", flops=4e9, bytes_moved=1e8, median_ms=100.0),
-            _row("b", "L1", flops=4e9, median_ms=100.0),                 # an old run: no bytes_moved
-            _row("c", "L2", bytes_moved=1e8, median_ms=10.0),            # no flops counted
-            _row("d", "L2", status="oom", flops=4e9, bytes_moved=1e8),
-            _row("e", "L2", status="skipped", est_peak_bytes=1e12)]
-    data = roofline_data(rows, PEAK)
-    assert data["n_points"] == 1 and data["left_out"] == 2 and data["not_ok"] == 2
-    fig = roofline_figure(rows, PEAK)
+    records = [_rec("a", "L1", flops=4e9, bytes_moved=1e8, median_ms=100.0),
+               _rec("b", "L1", seq_len=32, flops=4e9, median_ms=100.0),        # an old run: no bytes_moved
+               _rec("c", "L2", bytes_moved=1e8, median_ms=10.0),               # no flops counted
+               _rec("d", "L2", status="oom", seq_len=32, flops=4e9, bytes_moved=1e8),
+               _rec("e", "L2", status="skipped", seq_len=64, est_peak_bytes=1e12)]
+    data = roofline_data(records, PEAK)
+    assert data.n_points == 1 and data.left_out == 2 and data.not_ok == 2 and data.above_roof == []
+    fig = roofline_figure(records, PEAK)
     assert _points(fig) == [(pytest.approx(40.0), pytest.approx(40e9))]       # 4e9 / 1e8, 4e9 / 0.1 s
     assert any("2 ok case(s) left out" in t.get_text() for t in fig.texts)
-    page = render_report([({"id": "r", "suite": "s", "options": {"peak": PEAK}}, rows)])
+    page = render_report([(_run(), records)])
     assert "1 case plotted; 2 ok cases left out" in page and "2 cases not ok" in page
+    assert "above the roof" not in page
+
+
+def test_a_point_above_the_roof_is_flagged_and_listed():
+    records = [_rec("a", "L1", seq_len=16, flops=4e9, bytes_moved=1e8, median_ms=100.0),   # 40 GFLOP/s: under
+               _rec("b", "L1", seq_len=32, flops=4e9, bytes_moved=1e7, median_ms=10.0),    # 400 > peak 100
+               _rec("c", "L2", seq_len=16, flops=1e9, bytes_moved=1e9, median_ms=50.0)]    # 20 > 10 · 1 (bandwidth)
+    data = roofline_data(records, PEAK)
+    assert [(p.label, p.roof) for p in data.above_roof] == [("L1 · seq_len=32", pytest.approx(100e9)),
+                                                            ("L2", pytest.approx(10e9))]
+    fig = roofline_figure(records, PEAK, data)
+    assert _points(fig, "points-") == [(pytest.approx(40.0), pytest.approx(40e9))]
+    assert sorted(_points(fig, "above-roof-")) == [(pytest.approx(1.0), pytest.approx(20e9)),
+                                                   (pytest.approx(400.0), pytest.approx(400e9))]
+    stars = [c for c in fig.axes[0].collections if (c.get_gid() or "").startswith("above-roof-")]
+    assert stars and all(c.get_sizes()[0] > 28 for c in stars)      # bigger than a case marker, a star
+    assert any("2 point(s) above the roof" in t.get_text() for t in fig.texts)
+    assert any("above the roof (2)" in t.get_text() for t in fig.axes[0].get_legend().get_texts())
+    page = render_report([(_run(), records)])
+    note = page[page.index('class="note warn above-roof"'):]
+    note = note[:note.index("</div>")]
+    assert "2 points above the roof" in note and ABOVE_ROOF_MEANING in note
+    assert "causal attention counted dense" in note and "a stale calibration" in note
+    assert "L1 · seq_len=32: 400.0 GFLOP/s achieved, roof 100.0 GFLOP/s (4.00×)" in note
+    assert "L2: 20.0 GFLOP/s achieved, roof 10.0 GFLOP/s (2.00×)" in note
+    assert 'id="above-roof-0"' in page and 'id="above-roof-1"' in page
+
+
+def test_without_a_peak_nothing_is_above_a_roof():
+    records = [_rec("b", "L1", flops=4e9, bytes_moved=1e7, median_ms=10.0)]
+    assert roofline_data(records, {}).above_roof == []
+    only_peak = {"cpu": {"matmul_flops_per_s": {"fp32": 100e9}}}          # no bandwidth: the flat roof only
+    assert [p.roof for p in roofline_data(records, only_peak).above_roof] == [pytest.approx(100e9)]
 
 
 @pytest.mark.parametrize("peak", [None, {}, {"cuda": PEAK["cpu"]}], ids=["none", "empty", "other-device"])
 def test_no_peak_draws_points_without_roofs(peak):
-    rows = [_row("a", "L1", flops=4e9, bytes_moved=1e8, median_ms=100.0)]
-    fig = roofline_figure(rows, peak)
+    records = [_rec("a", "L1", flops=4e9, bytes_moved=1e8, median_ms=100.0)]
+    fig = roofline_figure(records, peak)
     assert len(_points(fig)) == 1
     assert not [ln for ln in fig.axes[0].get_lines() if (ln.get_gid() or "").startswith(("roof-", "ridge-"))]
     assert any("no measured peak" in t.get_text() for t in fig.texts)
@@ -215,8 +257,8 @@ def test_no_peak_draws_points_without_roofs(peak):
 
 
 def test_no_usable_case_at_all():
-    for rows in ([], [_row("a", "L1", status="error")], [_row("b", "L1", median_ms=3.0)]):
-        fig = roofline_figure(rows, PEAK)
+    for records in ([], [_rec("a", "L1", status="error")], [_rec("b", "L1", median_ms=3.0)]):
+        fig = roofline_figure(records, PEAK)
         assert _points(fig) == []
         assert "<svg" in figure_svg(fig)
 
@@ -231,17 +273,20 @@ def _column(table, header: str) -> list[str]:
 
 
 def test_terminal_pct_peak_column():
-    rows = [_row("a", "L1", flops=2e9, median_ms=100.0, bytes_moved=1e8),   # 20 GFLOP/s of 80: 25.0 %
-            _row("b", "L1", flops=1e9, median_ms=3.0),                       # 333.3 GFLOP/s: 416.7 %
-            _row("c", "L1", median_ms=5.0),                                  # no flops: blank
-            _row("d", "L1", status="oom", flops=2e9)]                        # no timing: blank
+    records = [_rec("a", "L1", flops=2e9, median_ms=100.0, bytes_moved=1e8),   # 20 GFLOP/s of 80: 25.0 %
+               _rec("b", "L1", seq_len=32, flops=1e9, median_ms=3.0),          # 333.3 GFLOP/s: 416.7 %
+               _rec("c", "L1", seq_len=64, median_ms=5.0),                     # no flops: blank
+               _rec("d", "L1", status="oom", seq_len=128, flops=2e9)]          # no timing: blank
     peak = {"cpu": {"matmul_flops_per_s": {"fp32": 80e9}, "copy_bytes_per_s": 5e9}}
-    table = cases_table(rows, "seq_len", title="run r", peak=peak)
+    table = cases_table(records, "seq_len", title="run r", peak=peak)
     assert _column(table, "% peak") == ["25.0", "416.7", "", ""]
     console = Console(record=True, width=250, color_system=None)
     console.print(table)
     text = console.export_text()
     assert "% peak" in text and re.search(r"\b25\.0\b", text)
-    assert _column(cases_table(rows, "seq_len", peak=None), "% peak") == ["", "", "", ""]
+    assert _column(cases_table(records, "seq_len", peak=None), "% peak") == ["", "", "", ""]
     other_dtype = {"cpu": {"matmul_flops_per_s": {"bf16": 80e9}}}
-    assert _column(cases_table(rows, "seq_len", peak=other_dtype), "% peak") == ["", "", "", ""]
+    assert _column(cases_table(records, "seq_len", peak=other_dtype), "% peak") == ["", "", "", ""]
+    html = render_report([(_run(peak), records)])
+    assert '<td class="num">25.0</td>' in html                                 # the same % peak, and over
+    assert '<td class="num over-peak">416.7</td>' in html                     # 100 % it is flagged

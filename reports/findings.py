@@ -1,0 +1,146 @@
+"""What a run shows, as data: per line the fitted scaling exponents of time, memory and MACs over the
+scaling regime (:func:`harness.stats.fit_scaling`, the floor reported apart), and the ratios between lines
+that differ in exactly one parameter, at the largest size both reached. The terminal headline, the
+report's first section and ``bench show`` all read these (torch-free).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.records import CaseRecord, RunRecord
+from harness.stats import ScalingFit, compare, fit_scaling
+from reports.frames import is_number, sweep_axis, varying_keys
+
+FIT_METRICS: dict[str, str] = {"median_ms": "time", "peak_bytes": "memory", "macs": "MACs"}
+"""Metric → its name in a finding, in the order findings list them."""
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """``value`` = a's figure ÷ b's, with a 95% interval when it comes from raw samples."""
+
+    value: float
+    lo: float | None = None
+    hi: float | None = None
+
+
+@dataclass(frozen=True)
+class LineFinding:
+    """One line of a run: its parameters (what sets it apart), its fits and how its cases ended."""
+
+    line: str
+    params: dict[str, Any]
+    fits: dict[str, ScalingFit | None]
+    statuses: dict[str, int]
+
+
+@dataclass(frozen=True)
+class Contrast:
+    """Two lines that differ in one parameter ``key`` (``a_value`` → ``b_value``), compared at ``x``:
+    ``time`` = a's median ÷ b's (> 1: b is faster), ``memory`` and ``macs`` = a's ÷ b's."""
+
+    key: str
+    a: str
+    b: str
+    a_value: Any
+    b_value: Any
+    x: Any
+    time: Ratio | None = None
+    memory: Ratio | None = None
+    macs: Ratio | None = None
+
+
+@dataclass(frozen=True)
+class Findings:
+    run_id: str
+    suite: str
+    axis: str | None
+    lines: list[LineFinding]
+    contrasts: list[Contrast]
+    statuses: dict[str, int] = field(default_factory=dict)
+
+    def fit(self, line: str, metric: str) -> ScalingFit | None:
+        return next((lf.fits.get(metric) for lf in self.lines if lf.line == line), None)
+
+
+def run_findings(run: RunRecord, records: Sequence[CaseRecord]) -> Findings:
+    """The findings of one stored run (its plot's x, if the suite names one, is the axis)."""
+    return findings(records, run_id=run.id, suite=run.suite, preferred_axis=run.plot.get("x"))
+
+
+def findings(records: Sequence[CaseRecord], *, run_id: str = "", suite: str = "",
+             preferred_axis: str | None = None) -> Findings:
+    """Fits per line vs the sweep axis (when it is numeric) and one-parameter contrasts between lines."""
+    axis = sweep_axis(records, preferred_axis)
+    numeric = axis is not None and all(is_number(r.value(axis)) for r in records)
+    keys = [k for k in varying_keys(records) if k != axis]
+    by_line: dict[str, list[CaseRecord]] = {}
+    for r in records:
+        by_line.setdefault(r.line, []).append(r)
+    lines = []
+    for line, recs in by_line.items():
+        params = {k: recs[0].value(k) for k in keys if len({repr(r.value(k)) for r in recs}) == 1}
+        fits = {m: _fit(recs, axis, m) if numeric else None for m in FIT_METRICS}
+        lines.append(LineFinding(line, params, fits, _count(recs)))
+    return Findings(run_id, suite, axis, lines, _contrasts(lines, by_line, axis), _count(records))
+
+
+def _count(records: Sequence[CaseRecord]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in records:
+        out[r.status] = out.get(r.status, 0) + 1
+    return out
+
+
+def _fit(records: Sequence[CaseRecord], axis: str, metric: str) -> ScalingFit | None:
+    pts = [(float(r.value(axis)), r.metric(metric)) for r in records if r.ok and r.metric(metric) is not None]
+    return fit_scaling([p[0] for p in pts], [p[1] for p in pts]) if len(pts) >= 2 else None
+
+
+def _contrasts(lines: list[LineFinding], by_line: dict[str, list[CaseRecord]], axis: str | None) -> list[Contrast]:
+    """Every pair of lines whose parameters differ in exactly one key, a = the line listed first."""
+    out = []
+    for i, la in enumerate(lines):
+        for lb in lines[i + 1:]:
+            if la.params.keys() != lb.params.keys():
+                continue
+            differ = [k for k in la.params if la.params[k] != lb.params[k]]
+            if len(differ) != 1:
+                continue
+            pair = _largest_shared(by_line[la.line], by_line[lb.line], axis)
+            if pair is None:
+                continue
+            a, b = pair
+            key = differ[0]
+            out.append(Contrast(key, la.line, lb.line, la.params[key], lb.params[key],
+                                a.value(axis) if axis else None, _time_ratio(a, b),
+                                _ratio(a.metric("peak_bytes"), b.metric("peak_bytes")),
+                                _ratio(a.metric("macs"), b.metric("macs"))))
+    return out
+
+
+def _largest_shared(a: list[CaseRecord], b: list[CaseRecord], axis: str | None
+                    ) -> tuple[CaseRecord, CaseRecord] | None:
+    """The two lines' ok cases at the largest axis value both have (the only cases when there is no axis)."""
+    if axis is None:
+        ok_a, ok_b = [r for r in a if r.ok], [r for r in b if r.ok]
+        return (ok_a[0], ok_b[0]) if len(ok_a) == 1 and len(ok_b) == 1 else None
+    index_b = {repr(r.value(axis)): r for r in b if r.ok}
+    shared = [(r, index_b[repr(r.value(axis))]) for r in a if r.ok and repr(r.value(axis)) in index_b]
+    if not shared:
+        return None
+    return max(shared, key=lambda p: p[0].value(axis) if is_number(p[0].value(axis)) else 0)
+
+
+def _ratio(a: float | None, b: float | None) -> Ratio | None:
+    return Ratio(a / b) if a is not None and b else None
+
+
+def _time_ratio(a: CaseRecord, b: CaseRecord) -> Ratio | None:
+    """a's median time ÷ b's, with a bootstrap 95% interval from both cases' raw samples."""
+    if not a.samples_s or not b.samples_s:
+        return _ratio(a.metric("median_ms"), b.metric("median_ms"))
+    c = compare(b.samples_s, a.samples_s)              # ratio = median(a) / median(b)
+    return Ratio(c["ratio"], c["ci_low"], c["ci_high"])

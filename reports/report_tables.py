@@ -1,0 +1,178 @@
+"""The tables of the HTML report, as plain rows for the template: the findings (the terminal's own
+sentences and fits), the cases by their readable parameters, the raw statistics per case, the environment
+fingerprints of runs side by side, and the cases that several runs of a suite share (torch-free)."""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from harness.records import CaseRecord, RunRecord
+from harness.stats import summarize
+from reports.findings import FIT_METRICS, Findings
+from reports.labels import case_labels, param_columns
+from reports.terminal import contrast_text, fit_text, headline_contrasts, headline_lines, pct_peak, symbol
+
+MiB = 1024 * 1024
+GiB = 1024 * MiB
+RAW_KEYS = ("n_samples", "min_ms", "q1_ms", "median_ms", "q3_ms", "max_ms", "p90_ms", "p99_ms", "mean_ms",
+            "stdev_ms", "iqr_ms", "rel_iqr", "ci_low_ms", "ci_high_ms")
+
+MESSAGE_CHARS = 120
+"""A message longer than this is cut in the cases table (an OOM's is a paragraph)."""
+
+Run = tuple[RunRecord, Sequence[CaseRecord]]
+
+
+def num(v: Any, scale: float = 1.0, fmt: str = "{:,.3f}") -> str:
+    """A number for a table cell; ``–`` for none."""
+    if v is None or isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v):
+        return "–"
+    return fmt.format(v / scale)
+
+
+def headline(f: Findings) -> dict[str, list[str]]:
+    """The sentences ``bench run`` prints (:func:`reports.terminal.headline_lines`), split into how each
+    line scales (``lines``) and the one-parameter contrasts (``contrasts``)."""
+    contrasts = {contrast_text(c, f.axis) for c in headline_contrasts(f)}
+    body = [s.strip() for s in headline_lines(f)[1:]]
+    return {"lines": [s for s in body if s not in contrasts], "contrasts": [s for s in body if s in contrasts]}
+
+
+def floor_text(f: Findings, line: str) -> str:
+    """``4.38 ms for n ≤ 1024``: the time floor below the scaling regime (as the terminal's findings table)."""
+    t = f.fit(line, "median_ms")
+    return f"{t.floor_y:,.2f} ms for {symbol(f.axis)} ≤ {t.floor[-1][0]:g}" if t and t.floor else ""
+
+
+def findings_rows(f: Findings) -> list[dict[str, Any]]:
+    """Per line: the fit (exponent, 95% CI, regime start) of time, memory and MACs, the time floor, failures."""
+    return [{"line": lf.line, "fits": [fit_text(lf.fits.get(m), f.axis) for m in FIT_METRICS],
+             "floor": floor_text(f, lf.line),
+             "failed": ", ".join(f"{n} {s}" for s, n in lf.statuses.items() if s != "ok")} for lf in f.lines]
+
+
+def case_table(records: Sequence[CaseRecord], axis: str | None, peak: Mapping[str, Any]) -> dict[str, Any]:
+    """One row per case: line, arch (when several), the parameters that vary in the run, status, median with
+    its 95% CI, GMACs, % of the measured peak, params, peak and estimated memory, the message."""
+    keys = param_columns(records, axis)
+    show_arch = len({r.arch for r in records}) > 1
+    rows = []
+    for r in records:
+        lo, hi = r.metric("ci_low_ms"), r.metric("ci_high_ms")
+        rows.append({
+            "line": r.line, "arch": r.arch, "params": [_cell(r.value(k)) for k in keys], "status": r.status,
+            "median": num(r.metric("median_ms")),
+            "ci": f"{lo:,.3f} – {hi:,.3f}" if lo is not None and hi is not None else "–",
+            "macs": num(r.metric("macs"), 1e9), "pct_peak": pct_peak(r, dict(peak)) or "–",
+            "over_peak": float(pct_peak(r, dict(peak)) or 0) > 100,
+            "n_params": num(r.metric("params"), 1e6, "{:,.2f}"), "peak": num(r.metric("peak_bytes"), MiB, "{:,.1f}"),
+            "est_peak": num(r.metric("est_peak_bytes"), MiB, "{:,.1f}"),
+            "message": short_message(r.message) or ("noisy (IQR/median ≥ 0.10)" if r.metric("noisy") else "")})
+    archs = sorted({r.arch for r in records})
+    return {"param_keys": keys, "show_arch": show_arch, "arch": archs[0] if len(archs) == 1 else "", "rows": rows}
+
+
+def short_message(message: str, limit: int = MESSAGE_CHARS) -> str:
+    """The first line of a case's message, cut at ``limit`` characters (the whole one is in the raw statistics)."""
+    first = message.strip().splitlines()[0] if message.strip() else ""
+    return first if len(first) <= limit else first[:limit].rstrip() + " …"
+
+
+def _cell(v: Any) -> str:
+    return "–" if v is None else str(v)
+
+
+def raw_stats(records: Sequence[CaseRecord], axis: str | None) -> list[dict[str, Any]]:
+    """Per case: its readable label, the summary of its raw samples, every other metric, workload, config."""
+    out = []
+    for r, label in zip(records, case_labels(records, axis)):
+        samples = [float(s) for s in r.samples_s]
+        stats = summarize(samples) if samples else {}
+        table = [(k, f"{int(stats[k])}" if k == "n_samples" else f"{stats[k]:.6g}") for k in RAW_KEYS if k in stats]
+        other = sorted((k, num(v, 1.0, "{:.6g}")) for k, v in r.metrics.items() if k not in stats)
+        median = r.metric("median_ms")
+        out.append({"summary": f"{label} · {r.status}" + (f" · {median:,.3f} ms" if median is not None else ""),
+                    "message": r.message, "stats": table, "metrics": other, "n": len(samples),
+                    "samples_ms": ", ".join(f"{s * 1e3:.6g}" for s in samples),
+                    "config": json.dumps(dict(r.config), sort_keys=True, default=str),
+                    "workload": json.dumps(dict(r.workload), sort_keys=True, default=str)})
+    return out
+
+
+def env_value(key: str, v: Any) -> str:
+    """A fingerprint value for a table cell: sizes in GiB, a list of GPUs by name, JSON for the rest."""
+    if v is None:
+        return "–"
+    if key.endswith("_bytes") and is_count(v):
+        return f"{v / GiB:,.1f} GiB"
+    if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+        return "; ".join(_named(d) for d in v)
+    if isinstance(v, (list, dict)):
+        return json.dumps(v, default=str) if v else "none"
+    return str(v)
+
+
+def _named(d: Mapping[str, Any]) -> str:
+    """``NVIDIA H100 80GB HBM3 (memory 79.2 GiB, capability 9.0, multiprocessors 132)``."""
+    rest = ", ".join(f"{k.removesuffix('_bytes')} {env_value(k, x)}" for k, x in d.items() if k != "name")
+    return f"{d.get('name', '?')} ({rest})" if rest else str(d.get("name", "?"))
+
+
+def is_count(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def env_table(runs: Sequence[RunRecord]) -> dict[str, Any]:
+    """The fingerprints of ``runs`` as columns: hard keys (they decide comparability) and soft fields,
+    each row marked ``differs`` when the runs do not agree on it."""
+    def rows(part: str) -> list[dict[str, Any]]:
+        envs = [dict(run.env.get(part) or {}) for run in runs]
+        keys = list(dict.fromkeys(k for e in envs for k in e))
+        return [{"key": k, "values": [env_value(k, e.get(k)) for e in envs],
+                 "differs": len({json.dumps(e.get(k), sort_keys=True, default=str) for e in envs}) > 1}
+                for k in keys]
+    return {"runs": [run.id for run in runs], "hard": rows("hard"), "soft": rows("soft")}
+
+
+def hard_differences(runs: Sequence[RunRecord]) -> list[str]:
+    """The hard fingerprint keys on which the runs do not all agree (sorted)."""
+    keys = {k for run in runs for k in run.hard_env}
+    return sorted(k for k in keys if len({json.dumps(run.hard_env.get(k), sort_keys=True, default=str)
+                                          for run in runs}) > 1)
+
+
+def side_by_side(runs: Sequence[Run], axis: str | None) -> dict[str, Any]:
+    """The cases every run of one suite holds (aligned on their case keys, in the first run's order), each
+    labelled by its readable parameters, with each run's median and its ratio to the first run's; the
+    cases not in every run are counted per run, not listed."""
+    index = [{r.case_key: r for r in records} for _, records in runs]
+    shared_keys = [k for k in index[0] if all(k in other for other in index[1:])]
+    shared = [index[0][k] for k in shared_keys]
+    keys = param_columns(shared, axis)
+    show_arch = len({r.arch for r in shared}) > 1
+    rows, ratios = [], [[] for _ in runs[1:]]
+    for key, first in zip(shared_keys, shared):
+        base = first.metric("median_ms") if first.ok else None
+        cells = []
+        for i, by_key in enumerate(index):
+            r = by_key[key]
+            median = r.metric("median_ms") if r.ok else None
+            cell = {"median": num(median) if median is not None else r.status, "status": r.status, "ratio": "",
+                    "verdict": ""}
+            if i and median is not None and base:
+                ratio = median / base
+                ratios[i - 1].append(ratio)
+                cell.update(ratio=f"{ratio:.3f}×", verdict="same" if abs(ratio - 1) < 0.02 else
+                            "faster" if ratio < 1 else "slower")
+            elif i:
+                cell["ratio"] = "–"
+            cells.append(cell)
+        rows.append({"line": first.line, "arch": first.arch, "params": [_cell(first.value(k)) for k in keys],
+                     "cells": cells})
+    geomeans = [f"{math.exp(sum(map(math.log, rs)) / len(rs)):.3f}×" if rs else "–" for rs in ratios]
+    not_shared = [{"run": run.id, "n": len(by_key) - len(shared_keys)} for (run, _), by_key in zip(runs, index)]
+    return {"runs": [run.id for run, _ in runs], "param_keys": keys, "show_arch": show_arch, "rows": rows,
+            "shared": len(shared_keys), "not_shared": [n for n in not_shared if n["n"]], "geomeans": geomeans,
+            "hard_differences": hard_differences([run for run, _ in runs])}
