@@ -3,14 +3,22 @@ runs and experiments from the same environment), print the verdict table, write 
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
 import click
-from rich.console import Console
 
+from claims.catalog import load_catalog, select_claims
+from claims.evidence import Context
+from claims.model import Verdict
+from claims.record import claims_document
+from claims.verdicts import run_claims
+from cli.common import debug_option, err, out, show_logs, store_option
+from harness.env import fingerprint, usable_cores
 from harness.errors import BenchInputError
+from harness.store import Store
+from reports.claims_view import VERDICTS, render_claims
+from reports.terminal import VERDICT_STYLE, verdict_table
 
 DEFAULT_OUTPUT = "results/claims.html"
 
@@ -20,25 +28,15 @@ DEFAULT_OUTPUT = "results/claims.html"
 @click.option("--only", default=None, metavar="C07,C16", help="Only these claims (comma-separated ids).")
 @click.option("-o", "--output", default=DEFAULT_OUTPUT, show_default=True, metavar="FILE.html",
               help="The claims report; a JSON record of the verdicts is written beside it (.json).")
-@click.option("--store", "store_url", default=None, metavar="URL",
-              help="SQLAlchemy URL of the results store (default: sqlite:///results/bench.sqlite).")
+@store_option
 @click.option("--fresh", is_flag=True, help="Measure everything again instead of reusing stored results.")
 @click.option("--seeds", default="0,1,2", show_default=True, metavar="0,1,2", help="Seeds of the training experiments.")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all usable cores).")
 @click.option("--list", "list_only", is_flag=True, help="List the claims and what each needs; measure nothing.")
-@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@debug_option
 def claims(quick: bool, only: str | None, output: str, store_url: str | None, fresh: bool, seeds: str,
            threads: int | None, list_only: bool, debug: bool) -> None:
     """Test the documents' claims (C01–C30): a verdict for each, with the figures that decided it."""
-    from claims.catalog import load_catalog, select_claims
-    from claims.evidence import Context
-    from claims.verdicts import run_claims
-    from harness.env import fingerprint, usable_cores
-    from harness.store import Store
-    from reports.claims_view import STYLE, claims_document, render_claims, verdict_table
-
-    out = Console(width=None if sys.stdout.isatty() else 160)
-    err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
     chosen = select_claims(load_catalog(), only)
     if list_only:
         for c in chosen:
@@ -53,25 +51,25 @@ def claims(quick: bool, only: str | None, output: str, store_url: str | None, fr
     path = Path(output)
     if path.is_dir():
         raise BenchInputError(f"{output} is a directory", where="--output")
+    show_logs()
     threads = threads or usable_cores()
-    ctx = Context(Store(store_url), quick=quick, fresh=fresh, seeds=seed_list, threads=threads, console=err)
+    ctx = Context(Store(store_url), quick=quick, fresh=fresh, seeds=seed_list, threads=threads)
     t0 = time.perf_counter()
 
-    def progress(v) -> None:  # noqa: ANN001
-        err.print(f"[bold]{v.claim.id}[/] [{STYLE[v.verdict]}]{v.verdict}[/]: {v.reason}", highlight=False)
+    def progress(v: Verdict) -> None:
+        err.print(f"[bold]{v.claim.id}[/] [{VERDICT_STYLE[v.verdict]}]{v.verdict}[/]: {v.reason}", highlight=False)
 
     verdicts = run_claims(chosen, ctx, progress)
-    out.print(verdict_table(verdicts))
-    env = fingerprint(threads=threads)
     context = {"quick": quick, "seeds": list(seed_list), "threads": threads, "used": ctx.used,
                "wall_s": time.perf_counter() - t0}
+    doc = json.loads(json.dumps(claims_document(verdicts, fingerprint(threads=threads), context), default=str))
+    out.print(verdict_table(doc))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        doc = json.loads(json.dumps(claims_document(verdicts, env, context), default=str))
         path.with_suffix(".json").write_text(json.dumps(doc, indent=1))
         path.write_text(render_claims(doc), encoding="utf-8")
     except OSError as exc:
         raise BenchInputError(f"cannot write {output}: {exc.strerror}", where="--output") from None
-    counts = {k: sum(v.verdict == k for v in verdicts) for k in STYLE}
+    counts = {k: sum(v.verdict == k for v in verdicts) for k in VERDICTS}
     err.print(f"wrote {path} and {path.with_suffix('.json')} — " + ", ".join(f"{n} {k}" for k, n in counts.items())
               + f" — {context['wall_s'] / 60:,.1f} min")

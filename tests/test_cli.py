@@ -16,13 +16,11 @@ import pytest
 
 from harness.store import Store
 from harness.suite import load_suite
-from tests.conftest import TINY_SUITE, invoke, run_tiny
+from tests.helpers import TINY_SUITE, invoke, run_tiny
 from tests.test_suite import BAD
 
 _SCRIPT = Path(sys.executable).with_name("bench")
-BENCH = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "harness.cli"]
-
-
+BENCH = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "cli"]
 
 
 def one_line(stderr: str) -> str:
@@ -39,38 +37,57 @@ def tiny_run(tmp_path_factory):
     return run_tiny(tmp_path_factory.mktemp("tiny"))
 
 
-def test_run_stores_every_case_ok_and_prints_tables(tiny_run):
+def test_run_stores_every_case_ok_prints_the_headline_and_writes_the_report(tiny_run):
     suite, url, result = tiny_run
     assert result.exit_code == 0, result.stderr
     store = Store(url, create=False)
     run = store.get_run("latest")
-    rows = store.records(run["id"])
-    assert len(rows) == 6 and {r["status"] for r in rows} == {"ok"}
-    assert {r["case_key"] for r in rows} == {c.key for c in load_suite(str(suite), quick=True).cases}
-    assert run["status"] == "done" and run["n_cases"] == 6 and run["quick"]
-    assert f"run {run['id']}" in result.stdout
-    assert "log-log exponent vs seq_len" in result.stdout
-    for word in ("MHA", "MQA", "median ms", "GMACs"):
-        assert word in result.stdout
+    rows = store.records(run.id)
+    assert len(rows) == 6 and {r.status for r in rows} == {"ok"}
+    assert {r.case_key for r in rows} == {c.key for c in load_suite(str(suite), quick=True).cases}
+    assert run.status == "done" and run.n_cases == 6 and run.quick
+    assert run.suite_text == suite.read_text() and run.spec.sweep == {"seq_len": [16, 32, 64]}
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(f"tiny · run {run.id} · 6 cases: 6 ok")
+    assert any(line.strip().startswith("MHA: time ∝ n^") for line in lines)
+    assert any(line.strip().startswith("MQA: time ∝ n^") for line in lines)
+    assert any("MQA vs MHA (n_kv_heads 1 vs 4)" in line for line in lines)       # the one-parameter contrast
+    report = suite.parent / "report.html"
+    assert f"report: {report}" in result.stdout and report.read_text().startswith("<!DOCTYPE html>")
+    assert "median ms" not in result.stdout                  # the full table is `bench show`'s job
+
+
+def test_report_goes_beside_the_store_unless_no_report(write_suite, tmp_path):
+    suite = write_suite(TINY_SUITE.replace("[16, 32, 64]", "[16, 32]"))
+    url = f"sqlite:///{tmp_path / 'store' / 'bench.sqlite'}"
+    base = ("run", str(suite), "--quick", "--executor", "inline", "--no-calibrate", "--store", url)
+    first = invoke(*base)
+    assert first.exit_code == 0, first.stderr
+    run_id = Store(url, create=False).get_run("latest").id
+    report = tmp_path / "store" / f"report-{run_id}.html"
+    assert report.is_file() and f"report: {report}" in first.stdout
+    second = invoke(*base, "--no-report")
+    assert second.exit_code == 0 and "report:" not in second.stdout
+    assert [p.name for p in (tmp_path / "store").glob("report-*.html")] == [report.name]
 
 
 def test_runs_lists_the_run(tiny_run):
     _, url, _ = tiny_run
     result = invoke("runs", "--store", url)
     assert result.exit_code == 0
-    run_id = Store(url, create=False).get_run("latest")["id"]
+    run_id = Store(url, create=False).get_run("latest").id
     assert run_id in result.stdout and "6/6" in result.stdout and "tiny" in result.stdout
 
 
 @pytest.mark.parametrize("ref", ["latest", "id", "prefix"])
 def test_show_by_latest_id_or_prefix(tiny_run, ref):
     _, url, _ = tiny_run
-    run_id = Store(url, create=False).get_run("latest")["id"]
+    run_id = Store(url, create=False).get_run("latest").id
     arg = {"latest": "latest", "id": run_id, "prefix": run_id[:-2]}[ref]
     result = invoke("show", arg, "--store", url)
     assert result.exit_code == 0, result.stderr
     assert f"run {run_id}" in result.stdout
-    cases, _, fits = result.stdout.partition("log-log exponent vs seq_len")
+    cases, _, fits = result.stdout.partition("scaling exponents vs seq_len")
     assert cases.count("│ MHA") == 3 and cases.count("│ MQA") == 3      # one row per case
     assert fits.count("│ MHA") == 1 and fits.count("│ MQA") == 1        # one fit per line
 

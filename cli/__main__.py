@@ -1,0 +1,4 @@
+"""``python -m cli``: the same as the ``bench`` console script."""
+from cli.app import main
+
+main()
