@@ -18,6 +18,7 @@ run: $(STAMP)
 	$(BIN)/bench run suites/attention_scaling --quick
 
 test: $(STAMP)
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
 
 clean:

@@ -1,25 +1,22 @@
-"""Shared fixtures: temporary suite files and stores, a CLI runner."""
+"""Shared fixtures (temporary suite files and stores, a CLI runner) and the Hypothesis profiles; the shared
+helper functions are in tests/helpers.py."""
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 
 import pytest
 import torch
-from click.testing import CliRunner
+from hypothesis import settings
 
-from harness.cli import main
-
-TINY_SUITE = """
-name = "tiny"
-metrics = ["latency", "memory", "flops"]
-fixed = { arch = "decoder-tiny", batch_size = 1 }
-sweep = { seq_len = [16, 32, 64] }
-plot = { x = "seq_len", y = "median_ms" }
-[lines]
-MHA = { n_kv_heads = 4 }
-MQA = { n_kv_heads = 1 }
-"""
+# Property tests: `.ci/run` loads the derandomized "ci" profile (the same examples every run, so CI cannot
+# flake); local runs use "dev" (fresh random examples each run, to find new bugs; pin each one with @example).
+# "hunt" draws many more. Tests set neither the randomness nor the number of examples: the profile does.
+settings.register_profile("ci", max_examples=25, deadline=None, derandomize=True, database=None, print_blob=True)
+settings.register_profile("dev", max_examples=25, deadline=None, print_blob=True)
+settings.register_profile("hunt", max_examples=400, deadline=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
 def pytest_collection_modifyitems(config, items):
@@ -43,54 +40,8 @@ def store_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'results.sqlite'}"
 
 
-def counted_cost(spec, workload) -> tuple[int, int]:
-    """(parameters, forward MACs) of ``spec`` on ``workload``, counted on fake tensors (no memory)."""
-    from harness.fake import build_fake, new_fake_mode
-    from harness.flops import count_model, count_params
-
-    cpu = torch.device("cpu")
-    mode = new_fake_mode()
-    fake = build_fake(lambda: spec.build(spec.config).eval(), mode, cpu)
-    with mode:
-        macs = count_model(fake, spec.make_inputs(spec.config, workload, cpu)).macs
-    return count_params(fake), macs
-
-
-def invoke(*args: str):
-    """The CLI in this process; stderr is kept apart (``result.stderr``)."""
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
-
-
-def run_tiny(tmp: Path, *extra: str, text: str = TINY_SUITE):
-    """Write a suite (the tiny one by default) into ``tmp`` and run it --quick inline into a fresh store.
-
-    Returns (suite_path, store_url, click_result).
-    """
-    suite = tmp / "tiny.toml"
-    suite.write_text(textwrap.dedent(text))
-    url = f"sqlite:///{tmp / 'results.sqlite'}"
-    return suite, url, invoke("run", str(suite), "--quick", "--executor", "inline", "--store", url, *extra)
-
-
-def store_slower_copy(store, run: dict, factor: float = 2.0) -> str:
-    """Store a copy of ``run`` as if measured on another machine: every median × ``factor``. Returns its id."""
-    import dataclasses
-    from harness.spec import Record
-    rows = store.records(run["id"])
-    fields = {f.name for f in dataclasses.fields(Record)}
-    copy = store.create_run(run["suite"], run["suite_path"], True, len(rows), run["env"], run["options"])
-    for r in rows:
-        rec = Record(**{k: r[k] for k in fields})
-        rec.metrics = {**rec.metrics, "median_ms": rec.metrics["median_ms"] * factor}
-        store.add_record(copy, rec)
-    store.finish_run(copy)
-    return copy
-
-
 @pytest.fixture
 def cli():
-    runner = CliRunner()
-
-    def invoke(*args: str):
-        return runner.invoke(main, list(args), catch_exceptions=False)
+    """The CLI in this process (tests.helpers.invoke); stderr is kept apart (``result.stderr``)."""
+    from tests.helpers import invoke      # imported on use: a test of one package need not load them all
     return invoke

@@ -9,8 +9,8 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("harness", "architectures", "reports", "suites")
-DATA = ("*.py", "*.toml", "*.j2")
+PACKAGES = ("harness", "architectures", "claims", "reports", "cli", "suites")
+DATA = ("*.py", "*.toml", "*.j2", "*.css.j2", "*.csv.gz")
 
 
 def test_wheel_holds_every_module_and_data_file(tmp_path: Path) -> None:
@@ -23,6 +23,7 @@ def test_wheel_holds_every_module_and_data_file(tmp_path: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     expected = {p.relative_to(ROOT).as_posix() for pkg in PACKAGES for pattern in DATA
                 for p in (ROOT / pkg).rglob(pattern) if "__pycache__" not in p.parts}
-    assert "harness/claims/probes/__init__.py" in expected and "harness/claims/claims.toml" in expected
+    assert {"claims/probes/__init__.py", "claims/claims.toml", "claims/experiments/data/digits.csv.gz",
+            "cli/app.py", "reports/templates/report.html.j2"} <= expected
     assert sorted(expected - names) == []
     assert any(n.endswith("entry_points.txt") for n in names)
