@@ -15,7 +15,8 @@ from torch import nn
 
 from harness import registry
 from harness.fake import build_fake, new_fake_mode
-from harness.flops import count_bytes, count_flops, count_model
+from harness.flops import count_flops, count_model
+from harness.traffic import count_bytes
 from harness.records import CaseRecord, RunRecord
 from harness.runner import fake_pass
 from harness.spec import Workload
