@@ -188,8 +188,8 @@ def heads(ctx: Context) -> Evidence:
     by_h = {r.value("n_heads"): r for r in ok}
     for h in (8, 64):
         ev.figures[f"latency_ratio_h{h}_h1"] = median_ratio(by_h.get(h), by_h.get(1), f"latency h={h} / h=1")
-    ev.figures["memory_ratio_h8_h1"] = ratio_figure(by_h.get(8, {}).get("metrics", {}).get("peak_bytes"),
-                                                    by_h.get(1, {}).get("metrics", {}).get("peak_bytes"),
+    peak = {h: r.metric("peak_bytes") for h, r in by_h.items()}
+    ev.figures["memory_ratio_h8_h1"] = ratio_figure(peak.get(8), peak.get(1),
                                                     note="eager peak memory h=8 / h=1 (h score matrices)")
     ev.chart = Chart("heads at fixed d_model=512", "n_heads", "median latency (ms)",
                      series(rows, "n_heads", "median_ms"), x_log=True)
