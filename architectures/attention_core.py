@@ -14,13 +14,13 @@ import torch
 from torch import Tensor, nn
 
 from architectures.inputs import need_seq_len
-from architectures.layers.attention import AttnImpl, ExactCore, Heads, core_fn, head_counts
+from architectures.layers.attention import AttnImpl, ExactCore, HeadLayout, Heads, core_fn
 from harness.registry import register
 from harness.spec import ArchSpec, Workload
 
 
 @dataclass(frozen=True)
-class AttentionCoreConfig:
+class AttentionCoreConfig(HeadLayout):
     """Width and heads of the q/k/v tensors (d_head = d_model / n_heads) and the kernel."""
 
     d_model: int = 512
@@ -29,18 +29,8 @@ class AttentionCoreConfig:
     attn_impl: AttnImpl = "eager"
 
     def __post_init__(self) -> None:
-        if self.d_model <= 0 or self.n_heads <= 0:
-            raise ValueError("d_model and n_heads must be positive")
-        head_counts(self.d_model, self.n_heads, self.n_kv_heads)
+        self.check_heads()
         core_fn(self.attn_impl)                                          # validates attn_impl
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
-
-    @property
-    def kv_heads(self) -> int:
-        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
 
 
 class AttentionCore(nn.Module):

@@ -15,14 +15,14 @@ from torch import Tensor
 
 from architectures import transformer_cost as tc
 from architectures.inputs import hidden_inputs, need_seq_len
-from architectures.layers.attention import Attention, AttnImpl, ExactCore, Heads, core_fn, head_counts
+from architectures.layers.attention import Attention, AttnImpl, ExactCore, HeadLayout, Heads, core_fn
 from architectures.transformer import LayerConfig, make_block
 from harness.registry import register
 from harness.spec import ArchSpec, Workload
 
 
 @dataclass(frozen=True)
-class AttentionLayerConfig:
+class AttentionLayerConfig(HeadLayout):
     """Self-attention alone: width, heads, k/v heads, kernel, dropout on the weights, biases."""
 
     d_model: int = 512
@@ -33,20 +33,10 @@ class AttentionLayerConfig:
     bias: bool = True
 
     def __post_init__(self) -> None:
-        if self.d_model <= 0 or self.n_heads <= 0:
-            raise ValueError("d_model and n_heads must be positive")
-        head_counts(self.d_model, self.n_heads, self.n_kv_heads)
+        self.check_heads()
         core_fn(self.attn_impl)                                          # validates attn_impl
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
-
-    @property
-    def kv_heads(self) -> int:
-        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
 
 
 def attention_layer(cfg: AttentionLayerConfig) -> Attention:

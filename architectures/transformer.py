@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from architectures import transformer_cost as cost
 from architectures.inputs import seq2seq_inputs, token_inputs
-from architectures.layers.attention import Attention, AttnImpl, KVCache, head_counts
+from architectures.layers.attention import Attention, AttnImpl, HeadLayout, KVCache
 from architectures.layers.blocks import MLP, RESIDUALS, Activation, Block, NormKind, make_norm
 from architectures.layers.positions import PositionKind, make_positions
 from architectures.transformer_cost import kv_cache_bytes  # noqa: F401  (public here too)
@@ -32,7 +32,7 @@ from harness.spec import ArchSpec
 
 
 @dataclass(frozen=True)
-class LayerConfig:
+class LayerConfig(HeadLayout):
     """One transformer layer's sizes and axes: attention + MLP, each in its residual wrapper."""
 
     d_model: int = 512
@@ -47,26 +47,15 @@ class LayerConfig:
     bias: bool = True                      # in the attention and MLP linears
 
     def __post_init__(self) -> None:
-        for name in ("d_model", "n_heads"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        head_counts(self.d_model, self.n_heads, self.n_kv_heads)
+        self.check_heads()
         if self.d_ff is not None and self.d_ff <= 0:
             raise ValueError(f"d_ff must be positive, got {self.d_ff}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
 
     @property
-    def kv_heads(self) -> int:
-        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
-
-    @property
     def ff_dim(self) -> int:
         return 4 * self.d_model if self.d_ff is None else self.d_ff
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
 
 
 @dataclass(frozen=True)

@@ -91,6 +91,26 @@ def head_counts(d_model: int, n_heads: int, n_kv_heads: int | None) -> int:
     return n_kv_heads
 
 
+class HeadLayout:
+    """For a frozen config with ``d_model``, ``n_heads`` and ``n_kv_heads`` (None: MHA): the head layout
+    derived from them, and its check, written once."""
+
+    def check_heads(self) -> None:
+        """Raise ValueError unless both sizes are positive and the heads divide as :func:`head_counts` needs."""
+        for name in ("d_model", "n_heads"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        head_counts(self.d_model, self.n_heads, self.n_kv_heads)
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+
 @dataclass(frozen=True)
 class Heads:
     """The head layout a core mixes: ``n_heads`` query heads over ``n_kv_heads`` k/v heads of width ``head_dim``."""
