@@ -16,7 +16,7 @@ from harness.stats import compare, fit_scaling, top_slope
 
 ProbeFn = Callable[[Context], Evidence]
 PROBES: dict[str, tuple[ProbeFn, tuple[str, ...]]] = {}
-MODULES = ("cost", "variants", "vision", "training", "blocks")
+MODULES = ("cost", "long_sequence", "variants", "vision", "training", "blocks")
 
 
 def probe(name: str, figures: tuple[str, ...]) -> Callable[[ProbeFn], ProbeFn]:
