@@ -14,7 +14,7 @@ from harness.errors import BenchInputError
 CATALOG = Path(__file__).with_name("claims.toml")
 CLAIM_KEYS = {"section", "title", "quote", "where", "probe", "rules", "document_figure", "published", "units", "needs",
               "added"}
-RULE_KEYS = {"figure", "test", "says", "lo", "hi", "value", "rel_tol"}
+RULE_KEYS = {"figure", "test", "says", "lo", "hi", "value", "rel_tol", "central", "device"}
 NEEDS = {"within": ("lo", "hi"), "at_least": ("lo",), "at_most": ("hi",), "equals": ("value",), "is_true": ()}
 
 

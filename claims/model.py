@@ -71,6 +71,8 @@ class Rule:
     hi: float | None = None
     value: float | None = None
     rel_tol: float = 0.0
+    central: bool = False                  # the claim's headline: it alone can contradict the claim
+    device: str = ""                       # "cuda": only a run on that device measures it
 
 
 @dataclass(frozen=True)
