@@ -15,6 +15,7 @@ CATALOG = Path(__file__).with_name("claims.toml")
 CLAIM_KEYS = {"section", "title", "quote", "where", "probe", "rules", "document_figure", "published", "units", "needs",
               "added"}
 RULE_KEYS = {"figure", "test", "says", "lo", "hi", "value", "rel_tol", "central", "device"}
+DEVICES = ("", "cuda")                 # a rule only a run on that device can measure ("" = any)
 NEEDS = {"within": ("lo", "hi"), "at_least": ("lo",), "at_most": ("hi",), "equals": ("value",), "is_true": ()}
 
 
@@ -29,6 +30,11 @@ def _rule(cid: str, raw: dict[str, Any], figures: tuple[str, ...]) -> Rule:
     missing = [k for k in ("figure", "says", *NEEDS[test]) if raw.get(k) is None]
     if missing:
         raise BenchInputError(f"a {test} rule needs {', '.join(missing)}", where=where)
+    if raw.get("device", "") not in DEVICES:
+        raise BenchInputError(f"rule device {raw['device']!r} is not one of {', '.join(map(repr, DEVICES))}",
+                              where=where)
+    if not isinstance(raw.get("central", False), bool):
+        raise BenchInputError("central must be true or false", where=where)
     if raw["figure"] not in figures:
         raise BenchInputError(f"figure {raw['figure']!r} is not produced by the probe "
                               f"(it makes {', '.join(figures)})", where=where)
@@ -53,9 +59,13 @@ def load_catalog(path: Path = CATALOG) -> list[Claim]:
         if raw["probe"] not in probes:
             raise BenchInputError(f"unknown probe {raw['probe']!r}", where=cid)
         figures = probes[raw["probe"]][1]
+        rules = tuple(_rule(cid, r, figures) for r in raw["rules"])
+        if sum(r.central for r in rules) != 1:
+            raise BenchInputError(f"exactly one rule must be central = true (the claim's headline), "
+                                  f"found {sum(r.central for r in rules)}", where=f"{cid}.rules")
         claims.append(Claim(
             id=cid, title=raw["title"], quote=raw["quote"], where=raw["where"], section=raw["section"],
-            probe=raw["probe"], rules=tuple(_rule(cid, r, figures) for r in raw["rules"]),
+            probe=raw["probe"], rules=rules,
             document_figure=raw.get("document_figure", ""),
             published=tuple(Published(p["label"], p["value"]) for p in raw.get("published", [])),
             units=raw.get("units", ""), needs=tuple(raw.get("needs", [])),

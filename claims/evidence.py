@@ -36,9 +36,18 @@ class Context:
     executor: str = "process"
     calibrate: bool = True
     on_record: Callable[[CaseRecord], None] | None = None
+    device: str = "cpu"                    # where this context measures (rules for another device are unmeasured)
     _suites: dict[tuple, tuple[RunRecord, list[CaseRecord]]] = field(default_factory=dict)
     _experiments: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _experiment_provenance: dict[str, dict[str, Any]] = field(default_factory=dict)
     used: list[str] = field(default_factory=list)
+    provenance: list[dict[str, Any]] = field(default_factory=list)   # one entry per suite/experiment use
+
+    def here(self) -> dict[str, Any]:
+        """Provenance of what a probe computes in this process: this checkout's commit, torch, device."""
+        soft = fingerprint(threads=self.threads)["soft"]
+        return {"source": "computed by this run", "commit": soft.get("commit"), "dirty": soft.get("dirty"),
+                "torch": torch.__version__, "device": self.device}
 
     def hard_env(self) -> dict[str, Any]:
         return fingerprint(threads=self.threads)["hard"]
@@ -50,6 +59,7 @@ class Context:
         sets.setdefault("threads", self.threads)
         key = (name, tuple(sorted(sets.items())))
         if key in self._suites:
+            self.provenance.append(self._run_provenance(*self._suites[key]))
             return self._suites[key]
         suite = load_suite(name, quick=self.quick, sets=dict(sets))
         run = None if self.fresh else self._stored_run(suite.name, sets, {c.key for c in suite.cases})
@@ -65,7 +75,16 @@ class Context:
         result = (run, self.store.records(run.id))
         self._suites[key] = result
         self.used.append(f"run {run.id} ({name})")
+        self.provenance.append(self._run_provenance(*result))
         return result
+
+    @staticmethod
+    def _run_provenance(run: RunRecord, records: list[CaseRecord]) -> dict[str, Any]:
+        """Where a suite run's figures came from: its commit, torch version and the devices of its cases."""
+        devices = sorted({str(r.value("device")) for r in records if r.value("device") is not None})
+        return {"source": f"run {run.id} ({run.suite})", "commit": run.commit or None,
+                "dirty": (run.env.get("soft") or {}).get("dirty"), "torch": run.hard_env.get("torch"),
+                "device": ", ".join(devices) or "cpu"}
 
     def _stored_run(self, suite: str, sets: dict[str, Any], keys: set[str]) -> RunRecord | None:
         """A finished run of ``suite`` at this size with exactly these cases (a suite file that
@@ -82,6 +101,7 @@ class Context:
     def experiment(self, module: str) -> dict[str, Any]:
         """``claims.experiments.<module>.run(quick, seeds)``'s result (stored, then reused)."""
         if module in self._experiments:
+            self.provenance.append(self._experiment_provenance[module])
             return self._experiments[module]
         seeds = list(self.seeds)
         env = fingerprint(threads=self.threads)
@@ -100,5 +120,9 @@ class Context:
             self.store.add_experiment(module, self.quick, seeds, env, result)
             log.info("claims: %s took %.0f s", module, time.perf_counter() - t0)
         self._experiments[module] = result
+        self._experiment_provenance[module] = {
+            "source": f"experiment {module}", "commit": env["soft"].get("commit"), "dirty": env["soft"].get("dirty"),
+            "torch": env["hard"].get("torch"), "device": "cpu"}        # the experiments train on the CPU
+        self.provenance.append(self._experiment_provenance[module])
         self.used.append(f"experiment {module}")
         return result

@@ -116,6 +116,7 @@ class Evidence:
     chart: "Chart | None" = None
     notes: list[str] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)   # run ids / experiment keys it used
+    failed: str = ""                                    # the error, when the probe crashed
 
 
 @dataclass
@@ -139,3 +140,6 @@ class Verdict:
     reason: str
     outcomes: list[Outcome]
     evidence: Evidence
+    device: str = "cpu"                    # where the rules were decided (rules for another device unmeasured)
+    mode: str = "eager"                    # how the models executed (eager; compiled modes belong to the GPU work)
+    provenance: list[dict[str, Any]] = field(default_factory=list)   # per source: commit, torch, device

@@ -15,8 +15,10 @@ def to_record(v: Verdict) -> dict[str, Any]:
     c = v.claim
     chart = v.evidence.chart or rules_chart(v)
     return {"id": c.id, "title": c.title, "section": c.section, "quote": c.quote, "where": c.where, "added": c.added,
-            "verdict": v.verdict, "reason": v.reason,
+            "verdict": v.verdict, "reason": v.reason, "device": v.device, "mode": v.mode,
+            "provenance": v.provenance, "probe_failed": v.evidence.failed or None,
             "rules": [{"says": o.rule.says, "figure": o.rule.figure, "test": o.rule.test, "status": o.status,
+                       "central": o.rule.central, "device": o.rule.device or None,
                        "detail": o.detail, "measured": o.figure.as_dict() if o.figure else None}
                       for o in v.outcomes],
             "document_figure": c.document_figure, "published": [vars(p) for p in c.published],

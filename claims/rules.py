@@ -42,11 +42,16 @@ def check(rule: Rule, fig: Figure) -> Outcome:
     return Outcome(rule, status, f"{rule.figure} {fig.text()} {word}{target}", fig)
 
 
-def evaluate(rules: tuple[Rule, ...], evidence: Evidence) -> list[Outcome]:
+def evaluate(rules: tuple[Rule, ...], evidence: Evidence, device: str = "cpu") -> list[Outcome]:
+    """Each rule's outcome on ``evidence``; a rule for another device (``device = "cuda"`` on a CPU run) is
+    unavailable, whatever the probe produced."""
     out = []
     for rule in rules:
         fig = evidence.figures.get(rule.figure)
-        if fig is None:
+        if rule.device and rule.device != device.split(":")[0]:
+            out.append(Outcome(rule, "unavailable", f"{rule.figure}: needs a {rule.device.upper()} device "
+                                                    f"(this run measured on {device})"))
+        elif fig is None:
             reason = evidence.unavailable.get(rule.figure, "not measured")
             out.append(Outcome(rule, "unavailable", f"{rule.figure}: {reason}"))
         else:
@@ -54,33 +59,35 @@ def evaluate(rules: tuple[Rule, ...], evidence: Evidence) -> list[Outcome]:
     return out
 
 
+def central(outcomes: list[Outcome]) -> Outcome:
+    """The outcome of the claim's one central rule (its headline)."""
+    heads = [o for o in outcomes if o.rule.central]
+    if len(heads) != 1:
+        raise ValueError(f"a claim needs exactly one central rule, got {len(heads)}")
+    return heads[0]
+
+
 def combine(outcomes: list[Outcome]) -> tuple[str, str]:
-    """The verdict and its reason. All pass → supported; all fail → contradicted; all unsure → inconclusive;
-    some pass → partly supported; fail and unsure without a pass → contradicted. Rules that could not be
-    measured do not count but are named; none measurable → inconclusive with their reasons."""
-    measured = [o for o in outcomes if o.status != "unavailable"]
-    missing = [o for o in outcomes if o.status == "unavailable"]
-    gap = ("; not tested: " + "; ".join(o.detail for o in missing)) if missing else ""
-    if not measured:
-        return "inconclusive", "; ".join(o.detail for o in missing) or "no rule"
-    statuses = {o.status for o in measured}
-    held = [o.rule.says for o in measured if o.status == "pass"]
-    broke = [o.rule.says for o in measured if o.status == "fail"]
-    unsure = [o.rule.says for o in measured if o.status == "unsure"]
-    parts = []
-    if held:
-        parts.append("holds: " + "; ".join(held))
-    if broke:
-        parts.append("does not hold: " + "; ".join(broke))
-    if unsure:
-        parts.append("undecided (interval straddles the bound): " + "; ".join(unsure))
-    reason = " | ".join(parts) + gap
-    if statuses == {"pass"}:
+    """The verdict and its reason. Every rule measured and passing → supported; the central rule failing →
+    contradicted; the central rule unmeasured or undecided → inconclusive; otherwise (the central rule holds,
+    some other rule fails, straddles or was not measured) → partly supported. The reason names the central
+    rule's outcome, then what held, what failed, what was undecided and what was not tested."""
+    head = central(outcomes)
+    by = {s: [o for o in outcomes if o.status == s] for s in ("pass", "fail", "unsure", "unavailable")}
+    parts = [f"central: {head.rule.says} — {head.detail}"]
+    for status, label in (("pass", "holds"), ("fail", "does not hold"),
+                          ("unsure", "undecided (interval straddles the bound)")):
+        says = [o.rule.says for o in by[status] if o is not head]
+        if says:
+            parts.append(f"{label}: " + "; ".join(says))
+    missing = [o.detail for o in by["unavailable"] if o is not head]
+    if missing:
+        parts.append("not tested: " + "; ".join(missing))
+    reason = " | ".join(parts)
+    if len(by["pass"]) == len(outcomes):
         return "supported", reason
-    if statuses == {"fail"}:
+    if head.status == "fail":
         return "contradicted", reason
-    if statuses == {"unsure"}:
+    if head.status in ("unsure", "unavailable"):
         return "inconclusive", reason
-    if "pass" in statuses:
-        return "partly supported", reason
-    return "contradicted", reason
+    return "partly supported", reason

@@ -1,40 +1,59 @@
-"""Run the probes the chosen claims need (each once) and decide every claim."""
+"""Run the probes the chosen claims need (each once) and decide every claim, with its provenance."""
 from __future__ import annotations
 
 import time
 import traceback
-from typing import Callable
+from typing import Any, Callable
 
 from claims.evidence import Context
 from claims.model import Claim, Evidence, Verdict
-from claims.probes import load_all
+from claims.probes import ProbeFn, load_all
 from claims.rules import combine, evaluate
 
 
-def decide(claim: Claim, evidence: Evidence) -> Verdict:
-    outcomes = evaluate(claim.rules, evidence)
+class ProbeContractError(RuntimeError):
+    """A probe returned without a figure it declares, and without saying why it could not measure it."""
+
+
+def decide(claim: Claim, evidence: Evidence, device: str = "cpu",
+           provenance: list[dict[str, Any]] | None = None) -> Verdict:
+    outcomes = evaluate(claim.rules, evidence, device)
     verdict, reason = combine(outcomes)
-    return Verdict(claim, verdict, reason, outcomes, evidence)
+    return Verdict(claim, verdict, reason, outcomes, evidence, device=device, provenance=list(provenance or []))
+
+
+def checked(name: str, fn: ProbeFn, declared: tuple[str, ...], ctx: Context) -> Evidence:
+    """Run probe ``name``; every figure it declares must be produced or marked unavailable with a reason."""
+    ev = fn(ctx)
+    silent = [f for f in declared if f not in ev.figures and not str(ev.unavailable.get(f) or "").strip()]
+    if silent:
+        raise ProbeContractError(f"probe {name} neither produced nor gave a reason for: {', '.join(silent)}")
+    return ev
 
 
 def run_claims(claims: list[Claim], ctx: Context, on_verdict: Callable[[Verdict], None] | None = None
                ) -> list[Verdict]:
-    """Probe and decide each claim; a probe that fails makes its claims inconclusive with the error."""
+    """Probe and decide each claim; a probe that fails makes its claims inconclusive with the error (and
+    ``Evidence.failed`` set, so the command can exit non-zero)."""
     probes = load_all()
-    cache: dict[str, Evidence] = {}
+    cache: dict[str, tuple[Evidence, list[dict[str, Any]]]] = {}
     verdicts = []
     for claim in claims:
         if claim.probe not in cache:
             t0 = time.perf_counter()
+            start = len(ctx.provenance)
+            fn, declared = probes[claim.probe]
             try:
-                cache[claim.probe] = probes[claim.probe][0](ctx)
+                ev = checked(claim.probe, fn, declared, ctx)
             except Exception as exc:  # noqa: BLE001 — one broken probe must not cost the other claims
-                ev = Evidence(notes=[traceback.format_exc(limit=3)])
+                ev = Evidence(notes=[traceback.format_exc(limit=3)], failed=f"{type(exc).__name__}: {exc}")
                 ev.unavailable = {r.figure: f"probe {claim.probe} failed: {type(exc).__name__}: {exc}"
                                   for c in claims if c.probe == claim.probe for r in c.rules}
-                cache[claim.probe] = ev
-            cache[claim.probe].notes.append(f"probe {claim.probe}: {time.perf_counter() - t0:,.1f} s")
-        v = decide(claim, cache[claim.probe])
+            ev.notes.append(f"probe {claim.probe}: {time.perf_counter() - t0:,.1f} s")
+            sources = {p["source"]: p for p in ctx.provenance[start:]}        # each source once, in order
+            cache[claim.probe] = (ev, [ctx.here(), *sources.values()])
+        ev, provenance = cache[claim.probe]
+        v = decide(claim, ev, ctx.device, provenance)
         verdicts.append(v)
         if on_verdict:
             on_verdict(v)

@@ -3,6 +3,7 @@ runs and experiments from the same environment), print the verdict table, write 
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -36,7 +37,8 @@ DEFAULT_OUTPUT = "results/claims.html"
 @debug_option
 def claims(quick: bool, only: str | None, output: str, store_url: str | None, fresh: bool, seeds: str,
            threads: int | None, list_only: bool, debug: bool) -> None:
-    """Test the documents' claims (C01–C30): a verdict for each, with the figures that decided it."""
+    """Test the documents' claims (C01–C39): a verdict for each, with the figures that decided it, the device
+    that measured them and their provenance. Exits 1 (after the table and the report) when a probe failed."""
     chosen = select_claims(load_catalog(), only)
     if list_only:
         for c in chosen:
@@ -57,7 +59,8 @@ def claims(quick: bool, only: str | None, output: str, store_url: str | None, fr
     t0 = time.perf_counter()
 
     def progress(v: Verdict) -> None:
-        err.print(f"[bold]{v.claim.id}[/] [{VERDICT_STYLE[v.verdict]}]{v.verdict}[/]: {v.reason}", highlight=False)
+        err.print(f"[bold]{v.claim.id}[/] [{VERDICT_STYLE[v.verdict]}]{v.verdict}[/] ({v.device}, {v.mode}): "
+                  f"{v.reason}", highlight=False)
 
     verdicts = run_claims(chosen, ctx, progress)
     context = {"quick": quick, "seeds": list(seed_list), "threads": threads, "used": ctx.used,
@@ -73,3 +76,9 @@ def claims(quick: bool, only: str | None, output: str, store_url: str | None, fr
     counts = {k: sum(v.verdict == k for v in verdicts) for k in VERDICTS}
     err.print(f"wrote {path} and {path.with_suffix('.json')} — " + ", ".join(f"{n} {k}" for k, n in counts.items())
               + f" — {context['wall_s'] / 60:,.1f} min")
+    failed = {v.claim.probe: v.evidence.failed for v in verdicts if v.evidence.failed}
+    if failed:
+        for name, why in failed.items():
+            err.print(f"[red]probe {name} failed[/]: {why}", highlight=False)
+        err.print(f"[red]{len(failed)} probe(s) failed: their claims read inconclusive[/]")
+        sys.exit(1)

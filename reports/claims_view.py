@@ -15,7 +15,8 @@ from reports.plots import figure_svg, tex_safe
 VERDICTS = ("supported", "partly supported", "contradicted", "inconclusive")
 
 RECORD_KEYS = {"id", "title", "section", "quote", "where", "added", "verdict", "reason", "rules", "document_figure",
-               "published", "units", "sources", "notes", "figures", "chart"}
+               "published", "units", "sources", "notes", "figures", "chart", "device", "mode", "provenance",
+               "probe_failed"}
 """What each claim record of the document holds: the claims section needs every one of them."""
 
 

@@ -191,13 +191,15 @@ _MARK = {"pass": "✓", "fail": "✗"}
 def verdict_table(doc: dict[str, Any]) -> Table:
     """The claims' verdicts with the figures that decided them, from a checked claims document."""
     t = Table(title="claims: verdicts (figures with 95% intervals)", header_style="bold", show_lines=False)
-    for col in ("id", "claim", "verdict", "deciding figures"):
+    for col in ("id", "claim", "verdict", "deciding figures (★ central)"):
         t.add_column(col, overflow="fold")
     for c in doc["claims"]:
-        figs = "; ".join(f"{o['figure']} {o['measured']['text']} {_MARK.get(o['status'], '?')}"
+        figs = "; ".join(f"{'★ ' if o.get('central') else ''}{o['figure']} {o['measured']['text']} "
+                         f"{_MARK.get(o['status'], '?')}"
                          for o in c["rules"] if o["measured"] is not None and o["status"] != "unavailable")
         missing = [o["detail"] for o in c["rules"] if o["status"] == "unavailable"]
         if missing:
             figs += ("; " if figs else "") + "not tested: " + "; ".join(missing)
-        t.add_row(c["id"], c["title"], f"[{VERDICT_STYLE[c['verdict']]}]{c['verdict']}[/]", figs)
+        where = f"{c.get('device', '?')}, {c.get('mode', '?')}" + (", probe failed" if c.get("probe_failed") else "")
+        t.add_row(c["id"], c["title"], f"[{VERDICT_STYLE[c['verdict']]}]{c['verdict']}[/]\n[dim]({where})[/]", figs)
     return t

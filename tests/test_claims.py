@@ -6,10 +6,13 @@ import json
 import math
 
 import pytest
+import torch
 
 from claims.catalog import load_catalog, select_claims
 from claims.model import Evidence, Figure, Rule, mean_ci
 from claims.rules import check, combine, evaluate
+from claims import verdicts as verdicts_module
+from claims.probes import load_all
 from claims.verdicts import decide
 from harness.errors import BenchInputError
 from tests.helpers import invoke
@@ -48,24 +51,43 @@ def test_equals_with_tolerance_and_one_sided_rules():
     assert check(gap, Figure(float("nan"))).status == "unavailable"
 
 
-def test_combine_gives_each_verdict():
-    rules = (Rule("a", "at_least", "a", lo=1), Rule("b", "at_least", "b", lo=1))
+HEAD = Rule("a", "at_least", "the headline", lo=1, central=True)
+SIDE = Rule("b", "at_least", "a side rule", lo=1)
+YES, NO, MAYBE = Figure(2.0), Figure(0.0), Figure(1.0, 0.5, 1.5)
 
-    def verdict(a: Figure | None, b: Figure | None, missing: str = "") -> str:
-        ev = Evidence(figures={k: f for k, f in (("a", a), ("b", b)) if f is not None},
-                      unavailable={"b": missing} if missing else {})
-        return combine(evaluate(rules, ev))[0]
 
-    yes, no, maybe = Figure(2.0), Figure(0.0), Figure(1.0, 0.5, 1.5)
-    assert verdict(yes, yes) == "supported"
-    assert verdict(no, no) == "contradicted"
-    assert verdict(yes, no) == "partly supported"
-    assert verdict(maybe, maybe) == "inconclusive"
-    assert verdict(yes, maybe) == "partly supported"
-    assert verdict(no, maybe) == "contradicted"
-    assert verdict(yes, None, "needs a GPU") == "supported"
-    v, reason = combine(evaluate(rules, Evidence(unavailable={"a": "needs a GPU", "b": "needs ImageNet"})))
+def verdict_of(a: Figure | None, b: Figure | None, missing: str = "needs a GPU") -> str:
+    ev = Evidence(figures={k: f for k, f in (("a", a), ("b", b)) if f is not None},
+                  unavailable={k: missing for k, f in (("a", a), ("b", b)) if f is None})
+    return combine(evaluate((HEAD, SIDE), ev))[0]
+
+
+@pytest.mark.parametrize("head, side, expected", [
+    (YES, YES, "supported"),                   # every rule measured and passing
+    (NO, YES, "contradicted"), (NO, NO, "contradicted"), (NO, None, "contradicted"),   # the headline fails
+    (MAYBE, YES, "inconclusive"), (None, YES, "inconclusive"), (None, None, "inconclusive"),
+    (YES, NO, "partly supported"), (YES, MAYBE, "partly supported"),
+    (YES, None, "partly supported"),           # an unmeasured rule never lets the verdict read supported
+])
+def test_verdict_table(head, side, expected):
+    assert verdict_of(head, side) == expected
+
+
+def test_reason_names_the_central_rule_what_failed_and_what_was_not_tested():
+    v, reason = combine(evaluate((HEAD, SIDE), Evidence(figures={"a": YES}, unavailable={"b": "needs ImageNet"})))
+    assert v == "partly supported"
+    assert reason.startswith("central: the headline") and "not tested: b: needs ImageNet" in reason
+    v, reason = combine(evaluate((HEAD, SIDE), Evidence(unavailable={"a": "needs a GPU", "b": "needs ImageNet"})))
     assert v == "inconclusive" and "needs a GPU" in reason and "needs ImageNet" in reason
+
+
+def test_a_rule_for_another_device_is_unmeasured_whatever_the_probe_gave():
+    gpu = Rule("b", "at_least", "on a GPU too", lo=1, device="cuda")
+    ev = Evidence(figures={"a": YES, "b": YES})            # a CPU figure under the GPU rule's name
+    out = evaluate((HEAD, gpu), ev, device="cpu")
+    assert out[1].status == "unavailable" and "needs a CUDA device" in out[1].detail
+    assert combine(out)[0] == "partly supported"
+    assert combine(evaluate((HEAD, gpu), ev, device="cuda:0"))[0] == "supported"
 
 
 def test_mean_ci_is_a_t_interval():
@@ -93,6 +115,13 @@ def test_catalog_has_every_claim_of_claims_md_with_rules_over_produced_figures()
      'rules=[{figure="made_up", test="is_true", says="x"}]\n', "not produced"),
     ('[C01]\nsection="s"\ntitle="t"\nquote="q"\nwhere="w"\nprobe="qk_macs"\n'
      'rules=[{figure="qk_macs_n1000", test="within", lo=1, says="x"}]\n', "needs hi"),
+    ('[C01]\nsection="s"\ntitle="t"\nquote="q"\nwhere="w"\nprobe="qk_macs"\n'
+     'rules=[{figure="qk_macs_n1000", test="is_true", says="x"}]\n', "exactly one rule must be central"),
+    ('[C01]\nsection="s"\ntitle="t"\nquote="q"\nwhere="w"\nprobe="qk_macs"\n'
+     'rules=[{figure="qk_macs_n1000", test="is_true", says="x", central=true},'
+     ' {figure="core_macs_n1000", test="is_true", says="y", central=true}]\n', "found 2"),
+    ('[C01]\nsection="s"\ntitle="t"\nquote="q"\nwhere="w"\nprobe="qk_macs"\n'
+     'rules=[{figure="qk_macs_n1000", test="is_true", says="x", central=true, device="tpu"}]\n', "rule device"),
 ])
 def test_catalog_validation(tmp_path, broken, message):
     path = tmp_path / "claims.toml"
@@ -107,7 +136,10 @@ def test_decide_on_a_real_probe_document_arithmetic():
     assert decide(claim, attention_arithmetic(None)).verdict == "supported"   # type: ignore[arg-type]
     wrong = Evidence(figures={**attention_arithmetic(None).figures,            # type: ignore[arg-type]
                               "entries_vit_b16": Figure(197.0 ** 2)})          # with [CLS]: not 14⁴
-    assert decide(claim, wrong).verdict == "partly supported"
+    assert decide(claim, wrong).verdict == "contradicted"                       # the central rule
+    off = Evidence(figures={**attention_arithmetic(None).figures,              # type: ignore[arg-type]
+                            "mib_48x16": Figure(150.0)})
+    assert decide(claim, off).verdict == "partly supported"                    # a side rule
 
 
 def test_bench_claims_command_on_cheap_claims(tmp_path):
@@ -118,10 +150,46 @@ def test_bench_claims_command_on_cheap_claims(tmp_path):
     record = json.loads(out.with_suffix(".json").read_text())
     verdicts = {c["id"]: c["verdict"] for c in record["claims"]}
     assert verdicts == {"C12": "contradicted", "C20": "supported", "C26": "supported"}
+    for c in record["claims"]:                 # provenance: the code, torch and device that measured it
+        assert c["device"] == "cpu" and c["mode"] == "eager" and c["probe_failed"] is None
+        here = c["provenance"][0]
+        assert here["torch"] == torch.__version__ and here["device"] == "cpu" and len(here["commit"] or "x") == 40
+        assert sum(o["central"] for o in c["rules"]) == 1
     page = out.read_text()
     assert "C12" in page and "<svg" in page and "contradicted" in page
     bad = invoke("claims", "--only", "C77", "--store", store_url, "-o", str(out))
     assert bad.exit_code == 2 and "C77" in bad.stderr
+
+
+def _broken(monkeypatch: pytest.MonkeyPatch, fn) -> None:
+    """Replace probe attention_arithmetic (C26's) with ``fn``, keeping its declared figures."""
+    probes = dict(load_all())
+    probes["attention_arithmetic"] = (fn, probes["attention_arithmetic"][1])
+    monkeypatch.setattr(verdicts_module, "load_all", lambda: probes)
+
+
+def _crash(ctx):
+    raise RuntimeError("the probe broke")
+
+
+def _silent(ctx):
+    """Produces one of its declared figures and says nothing about the others."""
+    return Evidence(figures={"entries_vit_b16": Figure(38416.0)})
+
+
+@pytest.mark.parametrize("fn, message", [(_crash, "RuntimeError: the probe broke"),
+                                         (_silent, "neither produced nor gave a reason for: kib_vit_b16")])
+def test_a_failed_probe_gives_inconclusive_and_exit_1_after_the_table(tmp_path, monkeypatch, fn, message):
+    _broken(monkeypatch, fn)
+    out = tmp_path / "c.html"
+    result = invoke("claims", "--quick", "--only", "C20,C26", "--store", f"sqlite:///{tmp_path / 'r.sqlite'}",
+                    "-o", str(out))
+    assert result.exit_code == 1
+    assert "C26" in result.stdout and "probe failed" in result.stdout            # the table was printed
+    assert message in result.stderr
+    record = {c["id"]: c for c in json.loads(out.with_suffix(".json").read_text())["claims"]}
+    assert record["C26"]["verdict"] == "inconclusive" and message in record["C26"]["probe_failed"]
+    assert record["C20"]["verdict"] == "supported" and record["C20"]["probe_failed"] is None
 
 
 def test_stored_suite_run_is_reused_only_with_the_same_cases(tmp_path):

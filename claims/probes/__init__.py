@@ -7,6 +7,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import torch
+
 from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure, mean_ci
 from harness.records import CaseRecord
@@ -114,6 +116,15 @@ def mean_chart(series: dict[str, dict[Any, list[float | None]]], title: str, x: 
                 pts.append((float(k), f.value, f.lo, f.hi))
         out[name] = pts
     return Chart(title, x, y, out, x_log=x_log, y_log=y_log)
+
+
+def built_params(preset: str, **overrides: Any) -> int:
+    """A preset's parameter count, counted on the module built on the meta device (no memory used): a
+    measurement of the code, which the analytic cost formula is tested against."""
+    spec = resolve(preset, **overrides)
+    with torch.device("meta"):
+        model = spec.build(spec.config)
+    return sum(p.numel() for p in model.parameters())
 
 
 def analytic_params(preset: str, **overrides: Any) -> int:

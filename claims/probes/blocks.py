@@ -12,7 +12,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from architectures.layers.attention import Attention, eager_attention
 from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure
-from claims.probes import analytic_params, samples_ratio, probe
+from claims.probes import built_params, probe, samples_ratio
 from harness.flops import count_params
 from harness.registry import resolve
 from harness.timing import TimingConfig, measure_cpu
@@ -33,15 +33,15 @@ NAMED = {
 
 @probe("named_sizes", figures=tuple(f"params_{k}" for k in NAMED) + ("mha_over_gqa_params_70b",))
 def named_sizes(ctx: Context | None) -> Evidence:
-    """Exact parameter counts (the architectures' analytic cost, checked against the built modules by
-    the registry tests) of the configurations 000 names."""
+    """Parameter counts of the configurations 000 names, counted on the modules built on the meta device
+    (the analytic cost formula is tested equal to these, not used in their place)."""
     ev = Evidence()
     for key, (preset, over, named, what) in NAMED.items():
-        n = analytic_params(preset, **over)
+        n = built_params(preset, **over)
         ev.figures[f"params_{key}"] = Figure(float(n), unit="params", note=f"{what}; preset {preset}")
     preset, over, _, _ = NAMED["llama2_70b"]
-    mha = analytic_params(preset, **{**over, "n_kv_heads": 64})
-    ev.figures["mha_over_gqa_params_70b"] = Figure(mha / analytic_params(preset, **over), unit="×",
+    mha = built_params(preset, **{**over, "n_kv_heads": 64})
+    ev.figures["mha_over_gqa_params_70b"] = Figure(mha / built_params(preset, **over), unit="×",
                                                    note=f"the 70B shape with 64 K/V heads: {mha:,} parameters")
     ev.notes.append("encoder-base has no token-type embeddings, embedding LayerNorm or pooler (BertModel "
                     "has 109,482,240); gpt2-small is GPT-2 as released (124,439,808: the paper's 117M was "
