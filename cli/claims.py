@@ -18,7 +18,7 @@ from cli.common import debug_option, err, out, show_logs, store_option
 from harness.env import fingerprint, usable_cores
 from harness.errors import BenchInputError
 from harness.store import Store
-from reports.claims_view import VERDICTS, render_claims
+from reports.claims_view import VERDICTS, markdown_table, render_claims
 from reports.terminal import VERDICT_STYLE, verdict_table
 
 DEFAULT_OUTPUT = "results/claims.html"
@@ -29,14 +29,15 @@ DEFAULT_OUTPUT = "results/claims.html"
 @click.option("--only", default=None, metavar="C07,C16", help="Only these claims (comma-separated ids).")
 @click.option("-o", "--output", default=DEFAULT_OUTPUT, show_default=True, metavar="FILE.html",
               help="The claims report; a JSON record of the verdicts is written beside it (.json).")
+@click.option("--markdown", default=None, metavar="FILE.md", help="Also write the verdict table as Markdown.")
 @store_option
 @click.option("--fresh", is_flag=True, help="Measure everything again instead of reusing stored results.")
 @click.option("--seeds", default="0,1,2", show_default=True, metavar="0,1,2", help="Seeds of the training experiments.")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all usable cores).")
 @click.option("--list", "list_only", is_flag=True, help="List the claims and what each needs; measure nothing.")
 @debug_option
-def claims(quick: bool, only: str | None, output: str, store_url: str | None, fresh: bool, seeds: str,
-           threads: int | None, list_only: bool, debug: bool) -> None:
+def claims(quick: bool, only: str | None, output: str, markdown: str | None, store_url: str | None, fresh: bool,
+           seeds: str, threads: int | None, list_only: bool, debug: bool) -> None:
     """Test the documents' claims (C01–C39): a verdict for each, with the figures that decided it, the device
     that measured them and their provenance. Exits 1 (after the table and the report) when a probe failed."""
     chosen = select_claims(load_catalog(), only)
@@ -71,6 +72,8 @@ def claims(quick: bool, only: str | None, output: str, store_url: str | None, fr
         path.parent.mkdir(parents=True, exist_ok=True)
         path.with_suffix(".json").write_text(json.dumps(doc, indent=1))
         path.write_text(render_claims(doc), encoding="utf-8")
+        if markdown:
+            Path(markdown).write_text(markdown_table(doc), encoding="utf-8")
     except OSError as exc:
         raise BenchInputError(f"cannot write {output}: {exc.strerror}", where="--output") from None
     counts = {k: sum(v.verdict == k for v in verdicts) for k in VERDICTS}

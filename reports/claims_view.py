@@ -91,3 +91,28 @@ def render_claims(doc: dict[str, Any]) -> str:
     return template_env().get_template("claims.html.j2").render(
         title="bench claims: the documents' trade-offs, measured", **claims_section(doc, heading=2),
         generated=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
+
+
+_MD_MARK = {"pass": "✓", "fail": "✗", "unsure": "?", "unavailable": "n/a"}
+
+
+def markdown_table(doc: dict[str, Any]) -> str:
+    """The verdicts as a Markdown table (what the README shows): per claim the verdict, the device and mode
+    that measured it, and every rule's figure with its mark; ★ marks the central rule, ⁺ a claim we added."""
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| id | claim | verdict | measured on | figures (★ central; ✓ holds, ✗ does not, ? interval straddles, "
+             "n/a not measured here) |", "|---|---|---|---|---|"]
+    for c in doc["claims"]:
+        figs = []
+        for o in c["rules"]:
+            star = "★ " if o.get("central") else ""
+            if o["measured"] is not None and o["status"] != "unavailable":
+                figs.append(f"{star}{o['figure']} {o['measured']['text']} {_MD_MARK[o['status']]}")
+            else:
+                figs.append(f"{star}{o['figure']} n/a" + (f" ({o['device']} only)" if o.get("device") else ""))
+        where = f"{c['device']}, {c['mode']}" + (" — probe failed" if c.get("probe_failed") else "")
+        lines.append(f"| {c['id']}{'⁺' if c['added'] else ''} | {cell(c['title'])} | {c['verdict']} | {where} | "
+                     f"{cell('; '.join(figs))} |")
+    return "\n".join(lines) + "\n"

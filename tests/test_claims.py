@@ -145,8 +145,13 @@ def test_decide_on_a_real_probe_document_arithmetic():
 def test_bench_claims_command_on_cheap_claims(tmp_path):
     store_url = f"sqlite:///{tmp_path / 'r.sqlite'}"
     out = tmp_path / "c.html"
-    result = invoke("claims", "--quick", "--only", "C12,C20,C26", "--store", store_url, "-o", str(out))
+    md = tmp_path / "c.md"
+    result = invoke("claims", "--quick", "--only", "C12,C20,C26", "--store", store_url, "-o", str(out),
+                    "--markdown", str(md))
     assert result.exit_code == 0, result.output
+    table = md.read_text().splitlines()
+    assert len(table) == 2 + 3 and table[2].startswith("| C12 | LLaMA-2 70B") and "| contradicted | cpu, eager |" in table[2]
+    assert "★ doc_over_gqa_70b 6.4 × ✗" in table[2]
     record = json.loads(out.with_suffix(".json").read_text())
     verdicts = {c["id"]: c["verdict"] for c in record["claims"]}
     assert verdicts == {"C12": "contradicted", "C20": "supported", "C26": "supported"}
