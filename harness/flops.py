@@ -43,9 +43,24 @@ What the stock counter (torch 2.14) misses and this module adds (:data:`EXTRA_FO
   the Python API and, when the ops it dispatched counted nothing, adds :func:`einsum_flops` under
   ``aten.einsum`` (forward only: its backward is elementwise too and stays uncounted).
 
-Ops that no formula knows (custom ops, ``_grouped_mm``, ``_trilinear``, ...) count 0 and never
-crash the counter; a formula that cannot read its arguments (e.g. a nested tensor on fake
-storage) warns with :class:`FlopFormulaWarning` and counts 0.
+**A count that cannot be computed is a gap, never 0.** Elementwise ops count 0 by the convention
+above; work the counter *cannot* count is recorded in :attr:`FlopCount.gaps` (op → why), and
+:func:`count_flops` / :func:`count_model` raise :class:`UncountedFlopsError` naming those ops unless
+called with ``allow_gaps=True`` (then the totals are a lower bound, and ``complete`` is False). Three
+kinds of gap:
+
+* a formula that cannot read its arguments (e.g. a nested tensor on fake storage); outside
+  :func:`count_flops` (a bare ``FlopCounterMode`` with :data:`EXTRA_FORMULAS`) it raises
+  :class:`FlopFormulaError` naming the op;
+* an op that does matmul work but has no formula (:data:`UNCOUNTED_CONTRACTIONS`: ``_grouped_mm``,
+  ``_trilinear``, cuDNN's ``_cudnn_rnn``, ...), or an op outside aten (a custom op: its work is
+  unknown) that takes a floating-point tensor;
+* an einsum lowered to elementwise ops whose contraction :func:`einsum_flops` cannot cost (three or
+  more operands with a contracted index).
+
+:func:`dependency_trace` records every dispatched op of a run with its output bytes and its depth in
+the run's data-dependency graph (the longest chain of compute ops leading to it): the sequential
+steps of a forward, measured.
 
 **Bytes moved** (:class:`harness.traffic.ByteCounterMode`, counted in the same pass as the FLOPs): the memory
 traffic of the step *if every aten op reads each of its tensor operands once from memory and
@@ -67,16 +82,18 @@ bytes and an elementwise add of two fp32 ``(n,)`` tensors ``12·n``.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import math
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_map
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves, tree_map
+from torch.utils.weak import WeakIdKeyDictionary
 from torch.utils.flop_counter import FlopCounterMode
 
 from harness.steps import first_tensor
@@ -84,11 +101,16 @@ from harness.traffic import ByteCounterMode
 
 __all__ = [
     "EXTRA_FORMULAS",
+    "UNCOUNTED_CONTRACTIONS",
+    "DependencyTrace",
     "FlopCount",
-    "FlopFormulaWarning",
+    "FlopFormulaError",
+    "TracedOp",
+    "UncountedFlopsError",
     "count_flops",
     "count_model",
     "count_params",
+    "dependency_trace",
     "einsum_flops",
     "mha_flops",
     "sdpa_backward_flops",
@@ -98,8 +120,17 @@ __all__ = [
 aten = torch.ops.aten
 
 
-class FlopFormulaWarning(UserWarning):
-    """A registered formula could not evaluate its arguments; the op was counted as 0."""
+class FlopFormulaError(RuntimeError):
+    """A registered formula could not evaluate its arguments (raised outside :func:`count_flops`,
+    which records it as a gap instead)."""
+
+
+class UncountedFlopsError(RuntimeError):
+    """A count met work it cannot count (see :attr:`FlopCount.gaps`); its totals would be a lower bound."""
+
+    def __init__(self, gaps: dict[str, str]) -> None:
+        self.gaps = dict(gaps)
+        super().__init__("MACs cannot be counted: " + "; ".join(f"{op} ({why})" for op, why in gaps.items()))
 
 
 @dataclass(frozen=True)
@@ -108,14 +139,22 @@ class FlopCount:
 
     ``bytes_moved`` is the operator-level memory traffic of the same pass (see the module
     docstring: each op reads its operands and writes its results once, no cross-op reuse).
+    ``gaps``: ops whose work could not be counted (op → why); when any, ``flops``/``macs`` are a
+    lower bound and ``complete`` is False (only ``allow_gaps=True`` returns such a count).
     """
 
     flops: int
     macs: int
     by_op: dict[str, int]      # flops per aten op packet name, e.g. "aten.addmm"
-    by_module: dict[str, int]  # flops of the root module(s) and their direct children, e.g. "ResNet.layer1"
+    by_module: dict[str, int]  # flops per module, to ``module_depth`` (1: the root and its children)
     bytes_moved: int = 0
     bytes_by_op: dict[str, int] = field(default_factory=dict)   # bytes moved per aten op packet name
+    gaps: dict[str, str] = field(default_factory=dict)          # op -> why its work is not counted
+
+    @property
+    def complete(self) -> bool:
+        """Whether every op's work was counted (no gaps)."""
+        return not self.gaps
 
     @property
     def intensity(self) -> float:
@@ -269,11 +308,23 @@ def _shape(x: Any) -> Any:
     return x.shape if isinstance(x, torch.Tensor) else x
 
 
+_GAPS: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar("flop_gaps", default=None)
+
+
+def _record_gap(op: str, why: str) -> None:
+    """Record ``op`` as uncounted in the active :func:`count_flops`; raise when there is none."""
+    gaps = _GAPS.get()
+    if gaps is None:
+        raise FlopFormulaError(f"{op}: {why}")
+    gaps.setdefault(op, why)
+
+
 def _registered(formula: Callable[..., int], ops: Sequence[Any], raw: bool) -> Callable[..., int]:
     """Adapt ``formula`` to FlopCounterMode's calling convention (tensors in, ``out_val=`` kw).
 
-    ``raw`` formulas get the tensors, the others their shapes. A formula that raises warns and
-    counts 0, so that a benchmark never dies in its FLOP count.
+    ``raw`` formulas get the tensors, the others their shapes. A formula that raises is a gap of the
+    active :func:`count_flops` (the op adds nothing and the count is marked incomplete), or, outside
+    one, a :class:`FlopFormulaError` naming the op — never a silent 0.
     """
     names = ", ".join(str(op) for op in ops)
 
@@ -283,8 +334,8 @@ def _registered(formula: Callable[..., int], ops: Sequence[Any], raw: bool) -> C
             if not raw:
                 args, kwargs = tree_map(_shape, (args, kwargs))
             return int(formula(*args, **kwargs))
-        except Exception as e:  # noqa: BLE001 - a FLOP count must not crash a benchmark
-            warnings.warn(f"FLOP formula for {names} failed ({e!r}); counted as 0", FlopFormulaWarning, stacklevel=2)
+        except Exception as e:  # noqa: BLE001 - the failure becomes a gap (or FlopFormulaError), not a crash
+            _record_gap(names, f"formula failed: {e!r}")
             return 0
 
     counted._get_raw = True  # FlopCounterMode(custom_mapping=...) then passes the tensors as they are
@@ -323,16 +374,24 @@ del _ops, _formula, _raw, _wrapped, _op
 # --------------------------------------------------------------------------------------------
 
 def einsum_flops(equation: str, shapes: Sequence[Sequence[int]]) -> int | None:
-    """FLOPs of a two-operand einsum as torch computes it: indices found in one operand only (and not
-    in the output) are summed away first (a reduction, 0), then the rest is one batched matmul of
-    2·∏(sizes of the remaining indices) — if any index is contracted (in both operands, not in the
-    output); with none it is elementwise or an outer product, 0. ``None`` for other operand counts."""
-    if len(shapes) != 2:
-        return None
+    """FLOPs of an einsum as torch computes it. One operand: a reduction or transpose, 0. Two operands:
+    indices found in one operand only (and not in the output) are summed away first (a reduction, 0),
+    then the rest is one batched matmul of 2·∏(sizes of the remaining indices) — if any index is
+    contracted (in both operands, not in the output); with none it is elementwise or an outer product, 0.
+    Three or more: 0 when no index is contracted, else ``None`` (the cost depends on the contraction
+    order torch picks: not computable here, a gap for the caller). ``None`` too for a malformed equation."""
     lhs, arrow, rhs = equation.replace(" ", "").partition("->")
     terms = lhs.split(",")
-    if len(terms) != 2:
+    if len(terms) != len(shapes) or not shapes:
         return None
+    if len(shapes) == 1:
+        return 0
+    if len(shapes) > 2:
+        letters = [set(t.replace("...", "")) for t in terms]
+        seen = [c for t in letters for c in t]
+        out = set(rhs.replace("...", "")) if arrow else {c for c in seen if seen.count(c) == 1}
+        shared = {c for c in seen if seen.count(c) > 1}
+        return 0 if not shared - out else None
     n_ell = max((len(s) - (len(t) - 3) for t, s in zip(terms, shapes) if "..." in t), default=0)
     ell = [chr(0x100 + i) for i in range(n_ell)]          # one private letter per broadcast dimension
     sizes: dict[str, int] = {}
@@ -366,7 +425,8 @@ def einsum_flops(equation: str, shapes: Sequence[Sequence[int]]) -> int | None:
 def _einsum_counted(counter: FlopCounterMode) -> Iterator[None]:
     """While active, ``torch.einsum`` adds :func:`einsum_flops` to ``counter`` when its dispatched ops
     counted nothing (a contracted length of 1, lowered to a mul); an einsum that reached a matmul is left
-    to the stock formulas. A plain function swap, not a TorchFunctionMode: an active mode would make
+    to the stock formulas; one whose cost :func:`einsum_flops` cannot give is a gap (see
+    :func:`_record_gap`). A plain function swap, not a TorchFunctionMode: an active mode would make
     ``has_torch_function`` true and turn off the fused fast paths (nn.MultiheadAttention's) being counted."""
     original = torch.functional.einsum
 
@@ -379,7 +439,10 @@ def _einsum_counted(counter: FlopCounterMode) -> Iterator[None]:
                 operands = tuple(operands[0])
             if all(isinstance(t, torch.Tensor) for t in operands):
                 flops = einsum_flops(args[0], [t.shape for t in operands])
-                if flops:
+                if flops is None:
+                    _record_gap("aten.einsum", f"{args[0]!r} on {len(operands)} operands was lowered to "
+                                               "elementwise ops; its contraction cannot be costed")
+                elif flops:
                     for parent in set(counter.mod_tracker.parents):
                         counter.flop_counts[parent][aten.einsum] += flops
         return out
@@ -392,48 +455,99 @@ def _einsum_counted(counter: FlopCounterMode) -> Iterator[None]:
 
 
 # --------------------------------------------------------------------------------------------
+# Gaps: work no formula counts
+# --------------------------------------------------------------------------------------------
+
+UNCOUNTED_CONTRACTIONS: frozenset[str] = frozenset({
+    "_grouped_mm", "_scaled_grouped_mm", "_trilinear", "_cudnn_rnn", "_cudnn_rnn_backward", "miopen_rnn",
+    "miopen_rnn_backward", "_cudnn_attention_forward", "_cudnn_attention_backward", "mkldnn_linear",
+    "mkldnn_convolution", "_cslt_sparse_mm", "_sparse_mm", "_sparse_addmm", "sparse_sampled_addmm",
+    "_weight_int8pack_mm", "_weight_int4pack_mm", "_sparse_semi_structured_linear", "_sparse_semi_structured_mm",
+    "_sparse_semi_structured_addmm"})
+"""aten ops (packet names) that do matmul work and that neither the stock counter nor
+:data:`EXTRA_FORMULAS` has a formula for: a count that meets one records a gap."""
+
+_NO_ARITHMETIC_NAMESPACES = frozenset({"aten", "prim", "prims", "profiler", "_c10d_functional", "c10d",
+                                       "c10d_functional", "_dtensor"})
+
+
+class _GapMode(TorchDispatchMode):
+    """Beneath the FLOP counter: records as gaps the ops in :data:`UNCOUNTED_CONTRACTIONS` and ops outside
+    aten (custom ops) that take a floating-point tensor, when no formula is registered for them."""
+
+    def __init__(self, registry: dict[Any, Any]) -> None:
+        super().__init__()
+        self.registry = registry
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        packet = getattr(func, "_overloadpacket", func)
+        if func not in self.registry and packet not in self.registry:
+            name = getattr(packet, "__name__", "")
+            namespace = getattr(func, "namespace", "aten")
+            if namespace == "aten" and name in UNCOUNTED_CONTRACTIONS:
+                _record_gap(str(packet), "does matmul work; no FLOP formula")
+            elif namespace not in _NO_ARITHMETIC_NAMESPACES and any(
+                    isinstance(t, torch.Tensor) and t.is_floating_point() for t in tree_leaves((args, kwargs))):
+                _record_gap(str(packet), "custom op: no FLOP formula, its work is unknown")
+        return func(*args, **kwargs)
+
+
+# --------------------------------------------------------------------------------------------
 # Public API
 # --------------------------------------------------------------------------------------------
 
-def _result(counter: FlopCounterMode, traffic: ByteCounterMode | None = None) -> FlopCount:
+def _result(counter: FlopCounterMode, traffic: ByteCounterMode, gaps: dict[str, str],
+            module_depth: int | None) -> FlopCount:
     counts = counter.get_flop_counts()
     flops = int(counter.get_total_flops())
     by_op = {str(op): int(v) for op, v in counts.get("Global", {}).items() if v}
     by_module = {name: int(sum(ops.values())) for name, ops in counts.items()
-                 if name != "Global" and name.count(".") <= 1}
-    moved = traffic.bytes_moved if traffic is not None else 0
-    by_op_bytes = dict(traffic.by_op) if traffic is not None else {}
+                 if name != "Global" and (module_depth is None or name.count(".") <= module_depth)}
     return FlopCount(flops=flops, macs=flops // 2, by_op=by_op, by_module=by_module,
-                     bytes_moved=int(moved), bytes_by_op=by_op_bytes)
+                     bytes_moved=int(traffic.bytes_moved), bytes_by_op=dict(traffic.by_op), gaps=dict(gaps))
 
 
-def count_flops(fn: Callable[[], object]) -> FlopCount:
+def count_flops(fn: Callable[[], object], *, allow_gaps: bool = False, module_depth: int | None = 1) -> FlopCount:
     """Run ``fn()`` under FlopCounterMode with :data:`EXTRA_FORMULAS` and return the count.
 
     The same pass also counts ``bytes_moved`` (:class:`ByteCounterMode`, beneath the FLOP counter,
     so it sees the ops that actually run after any decomposition). Works with real and fake
-    tensors alike.
+    tensors alike. Work that cannot be counted (see the module docstring) raises
+    :class:`UncountedFlopsError` naming the ops, after ``fn`` has run; with ``allow_gaps=True`` the
+    count comes back with its ``gaps`` instead. ``by_module`` keeps module names to ``module_depth``
+    dots (1: the root and its children; None: every module).
     """
     counter = FlopCounterMode(display=False, custom_mapping=EXTRA_FORMULAS)
     traffic = ByteCounterMode()
-    with traffic, counter, _einsum_counted(counter):
-        fn()
-    return _result(counter, traffic)
+    gaps: dict[str, str] = {}
+    token = _GAPS.set(gaps)
+    try:
+        with traffic, _GapMode(counter.flop_registry), counter, _einsum_counted(counter):
+            fn()
+    finally:
+        _GAPS.reset(token)
+    if gaps and not allow_gaps:
+        raise UncountedFlopsError(gaps)
+    return _result(counter, traffic, gaps, module_depth)
 
 
-def count_model(model: nn.Module, inputs: tuple | torch.Tensor, mode: Literal["fwd", "fwd_bwd"] = "fwd") -> FlopCount:
+def count_model(model: nn.Module, inputs: tuple | torch.Tensor, mode: Literal["fwd", "fwd_bwd"] = "fwd", *,
+                allow_gaps: bool = False, module_depth: int | None = 1) -> FlopCount:
     """Count ``model(*inputs)``: ``"fwd"`` under ``torch.no_grad()``; ``"fwd_bwd"`` the forward with
     grad plus ``out.float().sum().backward()`` (``out``: the output, its ``logits``, or its first
     tensor). Train/eval is the caller's choice (eval + no_grad selects fused fast paths such as
     MultiheadAttention's; they count the same). Parameters' ``.grad`` are restored afterwards.
+    ``allow_gaps`` and ``module_depth`` as in :func:`count_flops`.
     """
     if isinstance(inputs, torch.Tensor):
         inputs = (inputs,)
+    opts = {"allow_gaps": allow_gaps, "module_depth": module_depth}
     if mode == "fwd":
         def run() -> None:
             with torch.no_grad():
                 model(*inputs)
-        return count_flops(run)
+        return count_flops(run, **opts)
     if mode == "fwd_bwd":
         params = list(model.parameters())
         saved = [p.grad for p in params]
@@ -442,7 +556,7 @@ def count_model(model: nn.Module, inputs: tuple | torch.Tensor, mode: Literal["f
             with torch.enable_grad():
                 first_tensor(model(*inputs)).float().sum().backward()
         try:
-            return count_flops(run)
+            return count_flops(run, **opts)
         finally:
             for p, g in zip(params, saved):
                 p.grad = g
@@ -452,3 +566,73 @@ def count_model(model: nn.Module, inputs: tuple | torch.Tensor, mode: Literal["f
 def count_params(model: nn.Module) -> int:
     """Number of parameters (shared ones once); works on meta and fake models."""
     return sum(p.numel() for p in model.parameters())
+
+
+# --------------------------------------------------------------------------------------------
+# Dependency depth: the sequential steps of a run, measured
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TracedOp:
+    """One dispatched op: its packet name, the bytes of its tensor outputs and its dependency depth."""
+
+    name: str
+    out_bytes: int
+    depth: int
+    out_shapes: tuple[tuple[int, ...], ...] = ()
+
+
+@dataclass(frozen=True)
+class DependencyTrace:
+    """Every op of a run in dispatch order. ``depth``: the longest chain of dependent compute ops."""
+
+    ops: tuple[TracedOp, ...]
+
+    @property
+    def depth(self) -> int:
+        return max((op.depth for op in self.ops), default=0)
+
+    @property
+    def compute_ops(self) -> int:
+        """Ops that are neither views nor metadata queries."""
+        return sum(1 for op in self.ops if op.out_bytes)
+
+
+class _DepthMode(TorchDispatchMode):
+    """Gives every tensor an op produces the depth 1 + the deepest of its tensor inputs (a view or a
+    metadata op inherits its input's depth: it computes nothing); records each op."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.depths: WeakIdKeyDictionary = WeakIdKeyDictionary()   # tensor -> depth, by identity
+        self.ops: list[TracedOp] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        ins = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        outs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+        name = str(getattr(func, "_overloadpacket", func))
+        computes = not getattr(func, "is_view", False) and name.split(".")[-1] not in _PASSIVE_OPS
+        depth = max((self.depths.get(t, 0) for t in ins), default=0) + int(computes)
+        for t in outs:
+            self.depths[t] = max(depth, self.depths.get(t, 0))
+        nbytes = sum(t.numel() * t.element_size() for t in outs) if computes else 0
+        self.ops.append(TracedOp(name, nbytes, depth, tuple(tuple(t.shape) for t in outs)))
+        return out
+
+
+_PASSIVE_OPS = frozenset({"size", "sym_size", "stride", "sym_stride", "numel", "dim", "is_contiguous",
+                          "empty", "empty_like", "empty_strided", "new_empty", "_unsafe_view", "detach",
+                          "lift_fresh", "_local_scalar_dense", "zeros", "zeros_like"})
+
+
+def dependency_trace(fn: Callable[[], object]) -> DependencyTrace:
+    """The ops ``fn()`` dispatches (real or fake tensors), each with its output bytes and its depth in
+    the run's data-dependency graph: ``trace.depth`` is the number of sequential compute steps a
+    forward takes however many cores run it (a recurrence grows it with every token, a parallel
+    layer does not). Tensors made before ``fn`` (weights, inputs) have depth 0."""
+    mode = _DepthMode()
+    with mode:
+        fn()
+    return DependencyTrace(tuple(mode.ops))

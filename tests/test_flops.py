@@ -11,17 +11,23 @@ import torchvision
 from torch import nn
 from torch.utils import flop_counter as stock
 
+from harness import flops as flops_module
 from harness.fake import build_fake
 from harness.flops import (
     EXTRA_FORMULAS,
     FlopCount,
-    FlopFormulaWarning,
+    FlopFormulaError,
+    UncountedFlopsError,
     count_flops,
     count_model,
     count_params,
+    dependency_trace,
+    einsum_flops,
     sdpa_backward_flops,
     sdpa_flops,
 )
+from harness.runner import fake_pass
+from harness.spec import ArchSpec, Workload
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 aten = torch.ops.aten
@@ -46,7 +52,6 @@ def _fake_vision(name: str):
 # 1. The validation against torchvision's published numbers
 # ------------------------------------------------------------------------------------------
 
-@pytest.mark.filterwarnings("error::harness.flops.FlopFormulaWarning")
 @pytest.mark.parametrize("name", VISION)
 def test_torchvision_published_macs_and_params(name):
     meta = torchvision.models.get_model_weights(name).DEFAULT.meta
@@ -198,9 +203,8 @@ def test_transformer_encoder_nested_fast_path_counts_real_tokens():
     pad[1, 6:] = True
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*nested tensors is in prototype.*")
-        warnings.simplefilter("error", FlopFormulaWarning)
         with torch.no_grad():
-            count = count_flops(lambda: enc(x, src_key_padding_mask=pad))
+            count = count_flops(lambda: enc(x, src_key_padding_mask=pad))   # a formula failure would raise
     assert set(count.by_op) == {"aten._transformer_encoder_layer_fwd"}
     per_layer = sum(_mha_expected(1, n, e) + 2 * (2 * n * e * ff) for n in (10, 6))
     assert count.flops == 2 * per_layer
@@ -296,21 +300,104 @@ def _(x):
 
 
 @pytest.mark.parametrize("fake", [False, True])
-def test_unknown_op_counts_zero_without_crashing(fake):
+def test_an_op_no_formula_knows_is_a_gap_not_zero(fake):
+    """A custom op's work is unknown: the count raises naming it, or (allow_gaps) comes back incomplete
+    with the gap recorded beside what it could count — never a silent 0."""
     make = lambda: (torch.randn(4, 8), torch.randn(8, 3))  # noqa: E731
     if fake:
         a, w = fake_inputs(make, FakeTensorMode(allow_non_fake_inputs=True))
     else:
         a, w = make()
-    count = count_flops(lambda: torch.ops.bench_test_flops.mystery(a) @ w)
-    assert isinstance(count, FlopCount)
+    run = lambda: torch.ops.bench_test_flops.mystery(a) @ w  # noqa: E731
+    with pytest.raises(UncountedFlopsError, match="bench_test_flops.mystery"):
+        count_flops(run)
+    count = count_flops(run, allow_gaps=True)
+    assert isinstance(count, FlopCount) and not count.complete
+    assert set(count.gaps) == {"bench_test_flops.mystery"}
     assert count.by_op == {"aten.mm": 2 * 4 * 8 * 3}
+    assert count_flops(lambda: a @ w).complete             # elementwise-free matmul: nothing missing
 
 
-def test_failing_formula_warns_and_counts_zero():
-    formula = EXTRA_FORMULAS[aten.mv]
-    with pytest.warns(FlopFormulaWarning):
-        assert formula("not a tensor", None) == 0
+def test_a_matmul_op_without_formula_is_a_gap():
+    """aten ops that do matmul work but have no formula (here nn.Bilinear's _trilinear) are gaps."""
+    bil = nn.Bilinear(4, 5, 3)
+    with pytest.raises(UncountedFlopsError, match="_trilinear"):
+        count_model(bil, (torch.randn(2, 4), torch.randn(2, 5)))
+
+
+def test_failing_formula_is_a_gap_or_an_error_never_zero(monkeypatch):
+    with pytest.raises(FlopFormulaError, match="aten.mv"):             # outside a count: an error naming the op
+        EXTRA_FORMULAS[aten.mv]("not a tensor", None)
+
+    def fails(*args, **kwargs):
+        raise ValueError("cannot read these arguments")
+    monkeypatch.setitem(EXTRA_FORMULAS, aten.mv, flops_module._registered(fails, [aten.mv], False))
+    a, x = torch.randn(5, 6), torch.randn(6)
+    with pytest.raises(UncountedFlopsError, match="aten.mv.*formula failed"):
+        count_flops(lambda: a @ x)
+    count = count_flops(lambda: a @ x, allow_gaps=True)
+    assert count.flops == 0 and not count.complete and "aten.mv" in count.gaps
+
+
+@pytest.mark.parametrize("equation, shapes, flops", [
+    ("ij,jk->ik", [(2, 3), (3, 4)], 2 * 2 * 3 * 4),
+    ("ij,jk->ik", [(2, 1), (1, 4)], 2 * 2 * 1 * 4),
+    ("ii->i", [(3, 3)], 0),                                  # one operand: a diagonal/reduction
+    ("i,i,i->i", [(3,), (3,), (3,)], 0),                     # three operands, nothing contracted
+    ("ij,jk,kl->il", [(2, 1), (1, 1), (1, 5)], None),        # three operands, contracted: no formula
+])
+def test_einsum_flops(equation, shapes, flops):
+    assert einsum_flops(equation, shapes) == flops
+
+
+def test_an_einsum_lowered_to_mul_is_counted_or_a_gap():
+    a, b, c = torch.randn(2, 1), torch.randn(1, 1), torch.randn(1, 5)
+    assert count_flops(lambda: torch.einsum("ij,jk->ik", a, b)).flops == 2 * 2 * 1 * 1
+    with pytest.raises(UncountedFlopsError, match="einsum"):
+        count_flops(lambda: torch.einsum("ij,jk,kl->il", a, b, c))
+    assert count_flops(lambda: torch.einsum("i,i,i->i", *(torch.randn(3),) * 3)).complete
+
+
+def test_module_depth_attributes_nested_modules():
+    model = nn.Sequential(nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 2)))
+    x = torch.randn(3, 4)
+    shallow, deep = count_model(model, (x,)), count_model(model, (x,), module_depth=None)
+    assert "Sequential.0.1" not in shallow.by_module
+    assert deep.by_module["Sequential.0.0"] == 2 * 3 * 4 * 8 and deep.by_module["Sequential.0.1"] == 2 * 3 * 8 * 2
+
+
+def test_lstm_formula_equals_the_unrolled_cells_matmuls():
+    """The fused-LSTM formula (aten.mkldnn_rnn_layer) against a step-by-step nn.LSTMCell loop with the same
+    weights, counted by the stock matmul formulas: equal; a cell with one more matmul per step is not."""
+    d, n, b = 8, 6, 2
+    lstm = nn.LSTM(d, d, batch_first=True)
+    cell = nn.LSTMCell(d, d)
+    cell.load_state_dict({k.removesuffix("_l0"): v for k, v in lstm.state_dict().items()})
+    x = torch.randn(b, n, d)                                                          # (B, n, d)
+
+    def loop(extra: bool) -> None:
+        h = c = torch.zeros(b, d)
+        for t in range(n):
+            h, c = cell(x[:, t], (h, c))
+            if extra:
+                h = h @ cell.weight_hh[:d].T                                           # one more matmul
+    fused = count_model(lstm, (x,))
+    assert set(fused.by_op) == {"aten.mkldnn_rnn_layer"}
+    assert fused.macs == count_flops(lambda: loop(False)).macs == n * b * 8 * d * d
+    assert fused.macs != count_flops(lambda: loop(True)).macs
+
+
+def test_dependency_trace_depth_and_bytes():
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+
+    def chain(k: int) -> None:
+        y = x
+        for _ in range(k):
+            y = (y @ w).t().t()                              # views add no depth
+    assert dependency_trace(lambda: chain(3)).depth == 3
+    assert dependency_trace(lambda: [x @ w for _ in range(5)]).depth == 1     # independent: parallel
+    trace = dependency_trace(lambda: x.double() @ w.double())
+    assert [op.out_bytes for op in trace.ops if op.name == "aten.mm"] == [4 * 8 * 8]
 
 
 def test_count_model_output_structures():
@@ -332,3 +419,17 @@ def test_count_model_output_structures():
         assert count_model(model, x).flops == 2 * 2 * 4 * 4
     with pytest.raises(ValueError):
         count_model(Dicty(), (x,), "bwd")
+
+
+def test_a_case_with_uncountable_work_keeps_its_other_metrics_and_names_the_gap():
+    """The runner's fake pass never stores a partial or zero MAC count: with gaps the MACs are left out and
+    the ops named, while params and the memory estimate are kept; without a gaps dict it raises."""
+    spec = ArchSpec("bilinear", "test", None, lambda cfg: nn.Bilinear(8, 8, 4),
+                    lambda cfg, w, device: (torch.randn(w.batch_size, 8, device=device),
+                                            torch.randn(w.batch_size, 8, device=device)))
+    gaps: dict[str, str] = {}
+    out = fake_pass(spec, Workload(batch_size=2), torch.device("cpu"), True, gaps)
+    assert "macs" not in out and "flops" not in out and out["params"] == 8 * 8 * 4 + 4
+    assert out["est_peak_bytes"] > 0 and any("_trilinear" in op for op in gaps)
+    with pytest.raises(UncountedFlopsError, match="_trilinear"):
+        fake_pass(spec, Workload(batch_size=2), torch.device("cpu"), True)
