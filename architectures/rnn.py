@@ -3,12 +3,13 @@
 Same interface as the attention stacks: tokens (B, T) → embedding → n_layers of the layer at
 width d → per-token logits (B, T, vocab). Per-layer forward cost (claims C04/C05): recurrent
 O(n·d²) with n sequential steps; convolution O(k·n·d²) with O(1) sequential steps; self-attention
-O(n²·d + n·d²) with O(1). :func:`critical_path_length` gives the sequential steps.
+O(n²·d + n·d²) with O(1). The sequential steps are measured, not computed here: the dependency depth
+of a forward's dispatched ops (:func:`harness.flops.dependency_trace`, claim C04).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from torch import Tensor, nn
 
@@ -100,18 +101,6 @@ def cost(cfg: SeqBaselineConfig, w: Workload) -> dict[str, int]:
     tokens = w.batch_size * need_seq_len(w)
     return {"params": 2 * v * d + cfg.n_layers * layer_params,
             "macs": tokens * (cfg.n_layers * layer_macs + d * v)}
-
-
-def critical_path_length(cfg: Any, n: int) -> int:
-    """Sequential steps of a forward pass over n tokens (claim C04): a recurrent stack n·n_layers
-    (each step waits for the previous hidden state, layer by layer; a wavefront schedule over
-    layers would shorten it to n + n_layers − 1, still O(n)); a conv or self-attention stack
-    n_layers (every position of a layer at once). Any config with ``n_layers`` is accepted."""
-    if n <= 0:
-        raise ValueError(f"n must be positive, got {n}")
-    if getattr(cfg, "kind", None) in RECURRENT:
-        return n * cfg.n_layers
-    return cfg.n_layers
 
 
 PRESETS: dict[str, SeqBaselineConfig] = {

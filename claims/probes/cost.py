@@ -1,15 +1,26 @@
-"""Cost and complexity claims (C01–C06, C08, C09, C29, C30): suites plus exact counts on fake tensors."""
+"""Cost and complexity claims (C01–C06, C08, C09, C29, C30): suites plus exact counts on fake tensors.
+
+Every figure here is measured — the FLOP counter on the real modules (fake tensors: shapes only), a real
+allocation, a timed run, the dependency depth of a dispatched forward — and compared with the formula;
+never a formula compared with itself."""
 from __future__ import annotations
 
+import contextlib
+import math
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
 import torch
+from torch import nn
 
 from architectures.attention_core import AttentionCore, AttentionCoreConfig, core_inputs
-from architectures.rnn import critical_path_length
 from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure
-from claims.probes import analytic_params, at, exponent, median_ratio, probe, ratio_figure, select, series
+from claims.probes import at, built_params, exponent, median_ratio, probe, ratio_figure, select, series
 from harness import memory, registry
-from harness.flops import count_flops
+from harness.fake import build_fake, new_fake_mode
+from harness.flops import FlopCount, count_flops, count_model, dependency_trace
+from harness.records import CaseRecord
 from harness.registry import resolve
 from harness.runner import fake_pass
 from harness.spec import Workload
@@ -17,11 +28,99 @@ from harness.stats import fit_loglog
 
 
 CPU = torch.device("cpu")
+CONTRACTIONS = ("aten.bmm", "aten.mm", "aten.matmul", "aten.baddbmm", "aten.addmm", "aten.addbmm")
 
 
 def fake_metrics(arch: str, w: Workload, **overrides) -> dict[str, float]:
     """Params, counted MACs and estimated peak bytes of one case, on fake tensors (no memory used)."""
     return fake_pass(resolve(arch, **overrides), w, CPU, True)
+
+
+@contextlib.contextmanager
+def reference_path(unrolled: bool) -> Iterator[None]:
+    """With ``unrolled``, torch's reference CPU kernels (oneDNN off): nn.LSTM runs step by step, one
+    addmm per gate matmul, instead of one fused ``mkldnn_rnn_layer`` call per layer."""
+    was = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = was and not unrolled
+    try:
+        yield
+    finally:
+        torch.backends.mkldnn.enabled = was
+
+
+def fake_model(arch: str, n: int, **overrides) -> tuple[nn.Module, tuple, torch._subclasses.FakeTensorMode]:
+    """``arch`` built on fake tensors (eval) with its inputs for batch 1, n tokens, and the fake mode."""
+    spec = resolve(arch, **overrides)
+    mode = new_fake_mode()
+    model = build_fake(lambda: spec.build(spec.config).eval(), mode, CPU)
+    with mode:
+        inputs = spec.make_inputs(spec.config, Workload(batch_size=1, seq_len=n), CPU)
+    return model, inputs, mode
+
+
+def module_macs(arch: str, n: int, parts: Sequence[str], unrolled: bool = False, **overrides) -> dict[str, int]:
+    """Counted forward MACs of the modules of ``arch`` whose qualified names end with each of ``parts``
+    (e.g. ``"blocks.0.attn"``), attributed by the counter's module tracker during one forward."""
+    model, inputs, mode = fake_model(arch, n, **overrides)
+    with mode, reference_path(unrolled):
+        counted = count_model(model, inputs, module_depth=None)
+    out = {}
+    for part in parts:
+        hits = [v for k, v in counted.by_module.items() if k.endswith("." + part)]
+        if len(hits) != 1:
+            raise KeyError(f"{arch}: {len(hits)} modules named *.{part} in {sorted(counted.by_module)}")
+        out[part] = hits[0] // 2
+    return out
+
+
+def lstm_counts(lstm: nn.Module, x: torch.Tensor) -> tuple[FlopCount, FlopCount]:
+    """(fused, unrolled) counts of one forward of ``lstm`` on ``x``: the fused kernel is counted by the
+    project's formula for ``aten.mkldnn_rnn_layer``; the unrolled one by the stock matmul formulas on
+    the addmm/mm torch's reference path really dispatches, step by step."""
+    fused = count_model(lstm, (x,))
+    if "aten.mkldnn_rnn_layer" not in fused.by_op:
+        raise RuntimeError(f"the fused LSTM kernel did not run (ops: {sorted(fused.by_op)})")
+    with reference_path(True):
+        unrolled = count_model(lstm, (x,))
+    return fused, unrolled
+
+
+def crossing(xs: Sequence[float], ratio: Sequence[float]) -> tuple[float, float, float] | None:
+    """The first x (sorted) where ``ratio`` (a/b) reaches 1, interpolated log-linearly (log ratio over
+    log x) from the point before it; returns (x*, x_before, x_at), or None when the ratio never reaches 1
+    or is above 1 already at the first point (the crossing lies outside the grid). A point sitting on 1
+    exactly is the crossing itself: (x, x, x)."""
+    pts = sorted(zip(xs, ratio))
+    for i, (x1, r1) in enumerate(pts):
+        if r1 == 1.0:
+            return x1, x1, x1
+        if r1 > 1.0:
+            if i == 0:
+                return None
+            x0, r0 = pts[i - 1]
+            t = -math.log(r0) / (math.log(r1) - math.log(r0))
+            return math.exp(math.log(x0) + t * (math.log(x1) - math.log(x0))), x0, x1
+    return None
+
+
+def crossing_figure(xs: Sequence[float], ratio: Sequence[float], what: str) -> Figure:
+    """:func:`crossing` as a figure: its value, the bracketing grid points as the interval (exact counts:
+    the crossing is known to lie between two measured points), or NaN naming why there is none."""
+    hit = crossing(xs, ratio)
+    if hit is None:
+        where = ("above 1 already at the first point" if sorted(zip(xs, ratio))[0][1] > 1 else "below 1 throughout")
+        return Figure(float("nan"), unit="× d", note=f"{what}: no crossing in {min(xs):g}…{max(xs):g} × d "
+                                                      f"(the ratio is {where})")
+    x, lo, hi = hit
+    how = (f"a grid point ({x:.3g} × d) sits on the crossing exactly" if lo == hi else
+           f"log-linear interpolation between the bracketing grid points {lo:.3g} and {hi:.3g} × d (the interval)")
+    return Figure(x, lo, hi, "× d", f"{what}: {how}; {len(xs)} points, {min(xs):.3g}…{max(xs):.3g} × d", len(xs))
+
+
+def octave_grid(d: int, lo: float, hi: float, per_octave: int = 4) -> list[int]:
+    """Sequence lengths from lo·d to hi·d, ``per_octave`` per doubling (integers, distinct)."""
+    k = round(math.log2(hi / lo) * per_octave)
+    return sorted({max(1, round(d * lo * 2 ** (i / per_octave))) for i in range(k + 1)})
 
 
 @probe("attention_core", figures=(
@@ -67,11 +166,30 @@ def qk_macs(ctx: Context) -> Evidence:
     return ev
 
 
+def score_tensor_bytes(fn: Callable[[], object]) -> tuple[int, tuple[int, ...]]:
+    """(bytes, shape) of the tensor the first matmul of ``fn()`` writes — in an eager attention, the
+    q·kᵀ score tensor — caught as it is dispatched (real or fake tensors)."""
+    for op in dependency_trace(fn).ops:
+        if op.name in CONTRACTIONS:
+            return op.out_bytes, op.out_shapes[0]
+    raise RuntimeError("no matmul was dispatched: there is no score tensor to measure")
+
+
+def eager_score_bytes(n: int, d_head: int = 64) -> tuple[int, tuple[int, ...]]:
+    """The score tensor of the eager AttentionCore (one head, fp32, batch 1) at n tokens, on fake tensors."""
+    cfg = AttentionCoreConfig(d_model=d_head, n_heads=1, attn_impl="eager")
+    model = AttentionCore(cfg).eval()
+    with new_fake_mode():
+        inputs = core_inputs(cfg, Workload(batch_size=1, seq_len=n), CPU)
+        with torch.no_grad():
+            return score_tensor_bytes(lambda: model(*inputs))
+
+
 @probe("score_memory", figures=("score_bytes_n10k", "eager_peak_over_scores", "sdpa_peak_over_scores",
                                 "eager_est_equals_measured"))
 def score_memory(ctx: Context) -> Evidence:
-    """One head, n=10,000, d_head=64, fp32: the score tensor's bytes from the code's own shapes, and the
-    peak the eager and fused kernels really reach."""
+    """One head, n=10,000, d_head=64, fp32: the bytes of the score tensor the eager forward writes
+    (caught at its q·kᵀ matmul), and the peak the eager and fused kernels really reach."""
     n = 10_000
     w = Workload(batch_size=1, seq_len=n)
     ev = Evidence()
@@ -83,11 +201,12 @@ def score_memory(ctx: Context) -> Evidence:
         torch.set_num_threads(ctx.threads)
         with torch.no_grad():
             peaks[impl] = memory.measure_peak_cpu(lambda: model(*inputs))["tensor_peak_bytes"]
+    scores, shape = eager_score_bytes(n)
     eager_est = fake_metrics("attention-core", w, d_model=64, n_heads=1, attn_impl="eager")
-    scores = 4 * n * n
     q_bytes = n * 64 * 4
     ev.figures["score_bytes_n10k"] = Figure(float(scores), unit="bytes",
-                                            note="(1, 1, 10⁴, 10⁴) fp32 score tensor")
+                                            note=f"output of the eager forward's q·kᵀ matmul, {shape}, as "
+                                                 "dispatched (the document's 10⁴²×4 bytes = 4e8)")
     ev.figures["eager_peak_over_scores"] = Figure(peaks["eager"] / scores, unit="×",
                                                   note=f"measured tensor peak {peaks['eager'] / 1e6:,.0f} MB")
     ev.figures["sdpa_peak_over_scores"] = Figure(peaks["sdpa"] / scores, unit="×",
@@ -96,7 +215,7 @@ def score_memory(ctx: Context) -> Evidence:
     ev.figures["eager_est_equals_measured"] = Figure(est / peaks["eager"], unit="×",
                                                      note="fake-tensor estimate / measured peak")
     ev.chart = Chart("n = 10,000, one head: bytes", "", "MB", {
-        "score tensor (document: 400 MB)": [("scores", scores / 1e6, None, None)],
+        "score tensor, measured (document: 400 MB)": [("scores", scores / 1e6, None, None)],
         "eager peak": [("eager", peaks["eager"] / 1e6, None, None)],
         "SDPA peak": [("sdpa", peaks["sdpa"] / 1e6, None, None)]}, kind="bar")
     return ev
@@ -109,8 +228,37 @@ def layer_macs(arch: str, d_model: int, n: int) -> float:
             - fake_metrics(arch, w, n_layers=1, d_model=d_model)["macs"])
 
 
+def sequential_depth(arch: str, n: int, **overrides) -> int:
+    """The dependency depth of one forward of ``arch`` over n tokens (fake tensors, torch's reference
+    kernels: the fused LSTM kernel is one op whatever n, so it would hide its steps): the longest chain
+    of compute ops each waiting on the one before — the sequential steps, measured."""
+    model, inputs, mode = fake_model(arch, n, **overrides)
+    with mode, reference_path(True), torch.no_grad():
+        return dependency_trace(lambda: model(*inputs)).depth
+
+
+def lstm_formula_over_unrolled(d: int = 64, n: int = 32, layers: int = 2) -> Figure:
+    """The project's fused-LSTM formula (``aten.mkldnn_rnn_layer``) over the matmuls torch's reference
+    path really dispatches for the same nn.LSTM and input (real tensors: the fused kernel must run)."""
+    torch.manual_seed(0)
+    lstm = nn.LSTM(d, d, num_layers=layers, batch_first=True).eval()
+    fused, unrolled = lstm_counts(lstm, torch.randn(2, n, d))                          # (B, n, d)
+    return Figure(fused.macs / unrolled.macs, unit="×",
+                  note=f"nn.LSTM d={d}, {layers} layers, batch 2, n={n}: formula {fused.macs:,} MACs / unrolled "
+                       f"{unrolled.macs:,} MACs ({', '.join(sorted(unrolled.by_op))}, step by step)")
+
+
+def depth_exponent(arch: str, ns: Sequence[int], **overrides) -> tuple[Figure, list[int]]:
+    """The log-log exponent of :func:`sequential_depth` over ``ns`` (exact counts: no interval)."""
+    depths = [sequential_depth(arch, n, **overrides) for n in ns]
+    f = fit_loglog(ns, depths)
+    return Figure(f.exponent, unit="", n=len(ns), note=f"{arch} (1 layer, d=16): dependency depth of a forward "
+                  f"{depths[0]}…{depths[-1]} ops for n={ns[0]}…{ns[-1]}, measured on the dispatched ops"), depths
+
+
 @probe("complexity", figures=("macs_exp_lstm", "macs_exp_conv1d", "macs_exp_window", "macs_exp_core",
-                              "macs_d_ratio_lstm", "macs_d_ratio_conv1d", "path_exp_lstm", "path_exp_attention"))
+                              "macs_d_ratio_lstm", "macs_d_ratio_conv1d", "path_exp_lstm", "path_exp_attention",
+                              "lstm_formula_over_unrolled"))
 def complexity(ctx: Context) -> Evidence:
     run, rows = ctx.suite("rnn_vs_attention")
     ev = Evidence(sources=[run.id])
@@ -123,6 +271,7 @@ def complexity(ctx: Context) -> Evidence:
             per_layer[512] / per_layer[256], unit="×",
             note=f"one layer's counted MACs at d=512 / d=256, n={n} (MACs at 2 layers − at 1 layer, so the "
                  f"embedding and head, linear in d, cancel; the whole model's ratio is {whole.value:.2f})")
+    ev.figures["lstm_formula_over_unrolled"] = lstm_formula_over_unrolled()
     ns = [1024, 2048, 4096, 8192]
     window = [fake_metrics("lra-window", Workload(seq_len=n), n_layers=1, max_seq_len=8192)["macs"] for n in ns]
     core = [fake_metrics("attention-core", Workload(seq_len=n))["macs"] for n in ns]
@@ -130,46 +279,116 @@ def complexity(ctx: Context) -> Evidence:
                           ("macs_exp_core", core, "attention core")):
         f = fit_loglog(ns, ys)
         ev.figures[key] = Figure(f.exponent, unit="", note=f"{what}, counted MACs, n=1k…8k")
-    lstm, attn = resolve("lstm-small").config, resolve("lra-exact").config
-    for key, cfg in (("path_exp_lstm", lstm), ("path_exp_attention", attn)):
-        f = fit_loglog(ns, [critical_path_length(cfg, n) for n in ns])
-        ev.figures[key] = Figure(f.exponent, note="sequential steps vs n (critical_path_length)")
+    path_ns = [128, 256, 512, 1024]
+    small = {"n_layers": 1, "d_model": 16, "vocab_size": 16}
+    ev.figures["path_exp_lstm"], lstm_depths = depth_exponent("lstm-small", path_ns, **small)
+    ev.figures["path_exp_attention"], attn_depths = depth_exponent("lra-exact", path_ns, n_heads=2, **small)
+    ev.notes.append("Sequential steps are measured as the dependency depth of a forward's dispatched ops (each "
+                    "op waits on the deepest of its inputs; views compute nothing). nn.LSTM on torch's "
+                    f"reference CPU path: depth {lstm_depths} for n={path_ns} (its fused oneDNN kernel is one op "
+                    f"per layer, hiding the steps); the SDPA encoder layer: {attn_depths}.")
     ev.chart = Chart("counted MACs vs n (d=256)", "sequence length n", "GMACs",
                      {k: v for k, v in series(rows, "seq_len", "macs", 1e-9).items() if "256" in k},
                      x_log=True, y_log=True)
     return ev
 
 
-@probe("crossover", figures=("analytic_crossover_core", "measured_crossover"))
+def attention_layer_macs(n: int, d: int) -> dict[str, int]:
+    """Counted MACs of lra-exact's self-attention sublayer (one layer, h=4) at n tokens and width d: the
+    whole sublayer (QKV + out projections, q·kᵀ, p·v) and its core alone (q·kᵀ + p·v)."""
+    got = module_macs("lra-exact", n, ("blocks.0.attn", "blocks.0.attn.core"), n_layers=1, d_model=d,
+                      n_heads=4, vocab_size=16, max_seq_len=max(n, 16))
+    return {"layer": got["blocks.0.attn"], "core": got["blocks.0.attn.core"]}
+
+
+def recurrent_layer_macs(n: int, d: int, arch: str = "lstm-small") -> int:
+    """Counted MACs of one recurrent layer of ``arch`` at n tokens and width d, step by step on torch's
+    reference path (x·W_ihᵀ and h·W_hhᵀ for every token, as dispatched)."""
+    return module_macs(arch, n, ("stack",), unrolled=True, n_layers=1, d_model=d, vocab_size=16)["stack"]
+
+
+def mac_crossovers(d: int = 32, lo: float = 0.25, hi: float = 8.0, recurrent: str = "lstm-small"
+                   ) -> dict[str, Figure]:
+    """n/d where the counted attention MACs overtake one counted recurrent layer's, for the attention
+    sublayer (with projections) and for its core alone, on a quarter-octave grid of n/d in [lo, hi]."""
+    ns = octave_grid(d, lo, hi)
+    attn = [attention_layer_macs(n, d) for n in ns]
+    rnn = [recurrent_layer_macs(n, d, recurrent) for n in ns]
+    xs = [n / d for n in ns]
+    return {kind: crossing_figure(xs, [a[kind] / r for a, r in zip(attn, rnn)],
+                                  f"counted MACs, attention {what} vs one {recurrent} layer (d={d})")
+            for kind, what in (("layer", "sublayer (QKV/O projections + q·kᵀ + p·v)"),
+                               ("core", "core (q·kᵀ + p·v)"))}
+
+
+def latency_crossover(att: Sequence[CaseRecord], rnn: Sequence[CaseRecord], d: int, n_boot: int = 400,
+                      seed: int = 0) -> tuple[float, list[float], list[float]]:
+    """The smallest n/d where the attention cases' median latency reaches the recurrent ones', interpolated
+    (log-linear) from the n before it — 0 when attention is slower already at the smallest n, inf when it
+    is faster at every n — and the same on ``n_boot`` bootstrap resamples of each case's timing samples.
+    Returns (crossing, bootstrap crossings, the n/d grid)."""
+    by_n = {r.value("seq_len"): [r] for r in att if r.samples_s}
+    for r in rnn:
+        if r.samples_s and r.value("seq_len") in by_n:
+            by_n[r.value("seq_len")].append(r)
+    ns = sorted(n for n, pair in by_n.items() if len(pair) == 2)
+    xs = [n / d for n in ns]
+    if len(ns) < 2:
+        return float("nan"), [], xs
+    samples = [[np.asarray(by_n[n][i].samples_s) for i in (0, 1)] for n in ns]
+
+    def cross(meds: list[tuple[float, float]]) -> float:
+        ratio = [a / b for a, b in meds]
+        hit = crossing(xs, ratio)
+        if hit is not None:
+            return hit[0]
+        return 0.0 if ratio[0] > 1 else math.inf
+
+    point = cross([(float(np.median(a)), float(np.median(b))) for a, b in samples])
+    rng = np.random.default_rng(seed)
+    boot = [cross([(float(np.median(rng.choice(a, a.size))), float(np.median(rng.choice(b, b.size))))
+                   for a, b in samples]) for _ in range(n_boot)]
+    return point, boot, xs
+
+
+def smaller_crossing(results: dict[int, tuple[float, list[float], list[float]]]) -> Figure:
+    """The smaller of the per-d latency crossings. Interpolated: the 2.5/97.5 percentiles of the bootstrap
+    replicates' smaller crossing are its interval (timing-sample noise only, not run-to-run drift). Below
+    the grid (attention slower at the smallest n): the smallest n/d, with [0, that] as its interval.
+    Beyond the grid: no value (the crossing was not reached)."""
+    if not results or any(math.isnan(r[0]) for r in results.values()):
+        return Figure(float("nan"), unit="× d", note="fewer than two sequence lengths with both timings")
+    d, (point, _, xs) = min(results.items(), key=lambda kv: kv[1][0])
+    if point == 0.0:
+        return Figure(xs[0], 0.0, xs[0], "× d", f"d={d}: the attention layer is slower than the LSTM layer "
+                      f"already at the smallest n measured (n/d = {xs[0]:.3g}): the crossing lies at or below it")
+    if math.isinf(point):
+        return Figure(float("nan"), unit="× d", note="the attention layer is faster than the LSTM layer at every n "
+                      "measured: the crossing lies beyond the largest n/d of the sweep")
+    boot = np.min(np.array([r[1] for r in results.values()]), axis=0)
+    lo, hi = (float(np.percentile(boot, q)) for q in (2.5, 97.5))
+    return Figure(point, lo, hi, "× d", f"smallest over d ∈ {sorted(results)} of the n/d where the attention "
+                  "layer's median latency first reaches the LSTM layer's, interpolated log-linearly from the n "
+                  f"before it (d={d}); interval: bootstrap of the timing samples ({len(boot)} resamples; "
+                  "run-to-run drift not covered)", len(boot))
+
+
+@probe("crossover", figures=("mac_crossover_layer", "mac_crossover_core", "measured_crossover"))
 def crossover(ctx: Context) -> Evidence:
-    """n/d where self-attention stops being cheaper than an LSTM layer: from counted MACs (core n²·d vs
-    n·d²) and on this machine's latency (rnn_vs_attention)."""
+    """n/d where self-attention stops being cheaper than an LSTM layer: from counted MACs (attention
+    sublayer and core vs one LSTM layer counted step by step) and on this machine's latency
+    (rnn_vs_attention: an lra-exact encoder layer vs an LSTM layer)."""
     run, rows = ctx.suite("rnn_vs_attention")
     ev = Evidence(sources=[run.id])
-    d, n = 512, 512
-    core = fake_metrics("attention-core", Workload(seq_len=n), d_model=d, n_heads=8)["macs"]   # 2·n²·d
-    lstm = fake_metrics("lstm-small", Workload(seq_len=n), d_model=d, n_layers=1)["macs"]     # ≈ 8·n·d² + head
-    per_n2 = core / (2 * n * n)                        # q·kᵀ MACs per n² (= d): Vaswani's n²·d term
-    per_n = lstm / n / 8                               # one recurrent matrix per token (≈ d²): the n·d² term
-    ev.figures["analytic_crossover_core"] = Figure(per_n / per_n2 / d, unit="× d",
-                                                   note="n where n²·d (q·kᵀ) = n·d² (one recurrent matrix)")
-    crossings, bounded = [], True
+    macs = mac_crossovers()
+    ev.figures["mac_crossover_layer"], ev.figures["mac_crossover_core"] = macs["layer"], macs["core"]
+    results = {}
     for dm in (256, 512):
         att, rnn = select(rows, arch="lra-exact", d_model=dm), select(rows, arch="lstm-small", d_model=dm)
-        ns = sorted({r.value("seq_len") for r in att} & {r.value("seq_len") for r in rnn})
-        slower = [n for n in ns if at(att, "median_ms", seq_len=n) > at(rnn, "median_ms", seq_len=n)]
-        if slower:
-            crossings.append(min(slower) / dm)
-        elif ns:
-            bounded = False
-            crossings.append(max(ns) / dm)
-            ev.notes.append(f"d={dm}: attention is faster than the LSTM at every n up to {max(ns)} "
-                            "(the LSTM's n sequential steps dominate on this machine)")
-    x = min(crossings) if crossings else float("nan")
-    ev.figures["measured_crossover"] = Figure(
-        x, x if not bounded else None, float("inf") if not bounded else None, "× d",
-        "smallest n/d where attention's latency exceeds the LSTM's" if bounded else
-        "attention never slower in the sweep: the crossover lies beyond the largest n/d measured")
+        results[dm] = latency_crossover(att, rnn, dm)
+        ev.notes.append(f"latency, d={dm}: crossing at n/d = {results[dm][0]:.3g} (0: attention slower already at "
+                        f"the smallest n; inf: faster at every n) over n/d = {[round(x, 3) for x in results[dm][2]]}")
+    ev.figures["measured_crossover"] = smaller_crossing(results)
     ev.chart = Chart("latency: self-attention vs LSTM", "sequence length n", "ms",
                      {k: v for k, v in series(rows, "seq_len", "median_ms").items()
                       if k.startswith(("lstm", "attention"))}, x_log=True, y_log=True)
@@ -194,49 +413,72 @@ def heads(ctx: Context) -> Evidence:
     return ev
 
 
+def attention_ffn_macs(n: int, d: int = 512, **overrides) -> tuple[int, int]:
+    """(attention, FFN) counted forward MACs of decoder-small's one layer at n tokens, attributed per module
+    during one forward: the ``attn`` sublayer (QKV/O projections, q·kᵀ, p·v; dense: the causal mask
+    counted as the full square, as computed) and the ``mlp`` (up and down projections)."""
+    sizes = {"n_layers": 1, "d_model": d, "vocab_size": 16, "max_seq_len": max(n, 2048), **overrides}
+    got = module_macs("decoder-small", n, ("blocks.0.attn", "blocks.0.mlp"), **sizes)
+    return got["blocks.0.attn"], got["blocks.0.mlp"]
+
+
+def ffn_split(d: int = 512, lo: float = 0.25, hi: float = 8.0, **overrides) -> tuple[list[int], list[int], list[int]]:
+    """(ns, attention MACs, FFN MACs) over a quarter-octave grid of n/d in [lo, hi]."""
+    ns = octave_grid(d, lo, hi)
+    pairs = [attention_ffn_macs(n, d, **overrides) for n in ns]
+    return ns, [a for a, _ in pairs], [f for _, f in pairs]
+
+
 @probe("ffn_share", figures=("attn_overtakes_ffn_at", "ffn_share_n512", "d_ff_is_4d_share"))
 def ffn_share(ctx: Context) -> Evidence:
-    """Counted MACs of one decoder layer (d=512) split into attention and FFN as n grows."""
+    """Counted MACs of one decoder layer (d=512) split into attention and FFN as n grows (per module)."""
     d = 512
-    ns = [128, 256, 512, 1024, 2048, 4096]
-    pts_attn, pts_ffn = [], []
-    for n in ns:
-        w = Workload(seq_len=n)
-        layer = fake_metrics("decoder-small", w, n_layers=1, vocab_size=1)["macs"]
-        no_ffn = fake_metrics("decoder-small", w, n_layers=1, vocab_size=1, d_ff=1)["macs"]
-        ffn = layer - no_ffn + 2 * n * d          # d_ff=1 leaves 2·n·d MACs of the FFN behind
-        pts_attn.append(layer - ffn)
-        pts_ffn.append(ffn)
-    share = dict(zip(ns, (f / (a + f) for a, f in zip(pts_attn, pts_ffn))))
-    over = [n for n, a, f in zip(ns, pts_attn, pts_ffn) if a > f]
-    # attention 4nd² + 2n²d vs FFN 8nd²: equal at n = 2d; report the first measured n past it, / d
+    ns, pts_attn, pts_ffn = ffn_split(d)
     ev = Evidence()
-    ev.figures["attn_overtakes_ffn_at"] = Figure(min(over) / d if over else float("nan"), unit="× d",
-                                                 note=f"first n of {ns} where attention MACs > FFN MACs")
-    ev.figures["ffn_share_n512"] = Figure(share[512], unit="share", note="FFN share of a layer's MACs, n=512")
+    ev.figures["attn_overtakes_ffn_at"] = crossing_figure(
+        [n / d for n in ns], [a / f for a, f in zip(pts_attn, pts_ffn)],
+        "counted MACs of the attention sublayer (QKV/O + q·kᵀ + p·v) vs the FFN (d_ff = 4d) of one decoder "
+        "layer, attributed per module (the LM head in neither)")
+    at_d = ns.index(d)
+    ev.figures["ffn_share_n512"] = Figure(pts_ffn[at_d] / (pts_attn[at_d] + pts_ffn[at_d]), unit="share",
+                                          note="FFN share of the layer's attention + FFN MACs at n = d = 512")
     presets = ["decoder-small", "decoder-base", "gpt2-small", "encoder-base", "aiayn-base", "aiayn-big",
                "vit-b16", "vit-l16"]
     four = [registry.get(p).config for p in presets]
     ev.figures["d_ff_is_4d_share"] = Figure(sum(c.ff_dim == 4 * c.d_model for c in four) / len(four), unit="share",
                                             note="presets with d_ff = 4·d_model: " + ", ".join(presets))
+    ev.notes.append("Algebra: attention 4·n·d² (projections) + 2·n²·d (q·kᵀ, p·v) vs FFN 8·n·d² are equal at n = 2d; "
+                    "the counts agree when the crossing reads 2.")
     ev.chart = Chart("one decoder layer (d=512): MACs by part", "sequence length n", "GMACs", {
         "attention (QKV/O + scores)": [(n, a / 1e9, None, None) for n, a in zip(ns, pts_attn)],
         "FFN (4·d)": [(n, f / 1e9, None, None) for n, f in zip(ns, pts_ffn)]}, x_log=True, y_log=True)
     return ev
 
 
-@probe("training_flops", figures=("params_base", "params_big", "flops_ratio_base", "flops_ratio_big"))
+TRAIN_PAIR_LEN = 32        # tokens per sentence of a training pair (WMT'14 en-de sentences average ~25-30)
+
+
+@probe("training_flops", figures=("params_base", "params_big", "flops_ratio_base", "flops_ratio_big",
+                                  "six_nd_over_counted_base", "six_nd_over_counted_big"))
 def training_flops(ctx: Context) -> Evidence:
     """Vaswani et al.: base 100k steps, big 300k, batches of ~25,000 target tokens; the paper's 3.3e18 / 2.3e19
-    came from GPU-days × an assumed sustained rate. 6·N·D counts forward+backward MACs·2 per token."""
+    came from GPU-days × an assumed sustained rate. Measured: the training step's FLOPs (forward + backward,
+    counted on fake tensors) of one source/target pair of TRAIN_PAIR_LEN tokens each, per target token, times
+    the tokens trained on; 6·N·D (N counted on the built module) is checked against that count."""
     ev = Evidence()
     claimed = {"base": 3.3e18, "big": 2.3e19}
     steps = {"base": 100_000, "big": 300_000}
     for size in ("base", "big"):
-        n = analytic_params(f"aiayn-{size}")
-        d = steps[size] * 25_000
-        six_nd = 6 * n * d
-        ev.figures[f"params_{size}"] = Figure(float(n), unit="params", note=f"aiayn-{size}, tied embeddings")
-        ev.figures[f"flops_ratio_{size}"] = Figure(claimed[size] / six_nd, unit="×",
-                                                   note=f"paper {claimed[size]:.2g} / 6·N·D = {six_nd:.3g} FLOPs")
+        arch = f"aiayn-{size}"
+        n = built_params(arch)
+        tokens = steps[size] * 25_000
+        step = fake_metrics(arch, Workload(batch_size=1, seq_len=TRAIN_PAIR_LEN, mode="fwd_bwd"))
+        counted = step["flops"] / TRAIN_PAIR_LEN * tokens          # FLOPs per target token × tokens
+        ev.figures[f"params_{size}"] = Figure(float(n), unit="params", note=f"{arch} built on meta, tied embeddings")
+        ev.figures[f"flops_ratio_{size}"] = Figure(
+            claimed[size] / counted, unit="×",
+            note=f"paper {claimed[size]:.2g} / counted {counted:.3g} FLOPs ({step['flops'] / TRAIN_PAIR_LEN:.3g} "
+                 f"per target token, forward + backward, pairs of {TRAIN_PAIR_LEN}+{TRAIN_PAIR_LEN} tokens)")
+        ev.figures[f"six_nd_over_counted_{size}"] = Figure(6 * n * tokens / counted, unit="×",
+                                                           note="the 6·N·D rule of thumb / the counted FLOPs")
     return ev
