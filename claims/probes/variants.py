@@ -2,6 +2,10 @@
 equivariance and position-scheme identities computed on the code's own modules."""
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+
 import torch
 
 from architectures.layers.positions import make_positions
@@ -9,14 +13,21 @@ from architectures.transformer import Decoder, DecoderConfig, Encoder, EncoderCo
 from architectures.transformer_cost import kv_cache_bytes
 from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure, mean_ci
-from claims.probes import mean_chart, median_ratio, probe, select, series
+from claims.probes import mean_chart, median_ratio, probe, samples_ratio, select, series
 from claims.probes.blocks import NAMED
+from harness.records import CaseRecord
 from harness.registry import resolve
+from harness.stats import fit_loglog
 
 
-def _cache_bytes(n_heads: int, n_kv_heads: int, n_tokens: int = 16) -> tuple[int, int]:
-    """(formula bytes, bytes of the real caches after a forward) for a tiny decoder with this head layout."""
+MATCH_TOL = 0.01                           # "parameter-matched": within 1% of MHA's parameter count
+
+
+def cache_bytes(n_heads: int, n_kv_heads: int, n_tokens: int = 16) -> tuple[int, int]:
+    """(formula bytes, bytes of the real caches after a real forward over ``n_tokens``) of a tiny decoder
+    (d = 8·n_heads, 2 layers) with this head layout."""
     cfg = DecoderConfig(vocab_size=64, d_model=n_heads * 8, n_layers=2, n_heads=n_heads, n_kv_heads=n_kv_heads)
+    torch.manual_seed(0)
     model = Decoder(cfg).eval()
     caches = model.new_caches()
     with torch.no_grad():
@@ -24,13 +35,86 @@ def _cache_bytes(n_heads: int, n_kv_heads: int, n_tokens: int = 16) -> tuple[int
     return kv_cache_bytes(cfg, 1, n_tokens, 4), sum(c.nbytes() for c in caches)
 
 
+def kv_figures(n_heads: int, kv: int) -> dict[str, Figure]:
+    """``kv_ratio``: the bytes the real caches of ``kv`` KV heads hold after a forward / MHA's real caches
+    (a measurement); ``kv_formula_matches_cache``: the formula equals the real bytes, for both layouts."""
+    formula, real = cache_bytes(n_heads, kv)
+    mha_formula, mha_real = cache_bytes(n_heads, n_heads)
+    return {
+        "kv_ratio": Figure(real / mha_real, unit="×",
+                           note=f"{kv} / {n_heads} KV heads: real cache {real:,} B / MHA's real cache {mha_real:,} B "
+                                f"after a 16-token forward (formula ratio {formula / mha_formula:g})"),
+        "kv_formula_matches_cache": Figure(formula == real and mha_formula == mha_real,
+                                           note=f"formula {formula:,} B vs real {real:,} B; MHA formula "
+                                                f"{mha_formula:,} B vs real {mha_real:,} B"),
+    }
+
+
+def decode_figures(rows: Sequence[CaseRecord], kv: int, mha: int = 8, batch: int = 8) -> dict[str, Figure]:
+    """Per-token decode latency (with cache, batch ``batch``) of ``kv`` KV heads vs MHA across the context
+    sweep of the kv_cache suite.
+
+    ``decode_latency_ratio``: at the largest context, the variant whose parameter count matches MHA's
+    within 1% (its FFN widened, so weights read per step are equal and only the cache differs), with a
+    bootstrap interval from the raw samples. ``speedup_starts_at``: the smallest context from which that
+    ratio's whole interval stays below 1 at every larger context of the sweep (NaN: never).
+    ``decode_latency_ratio_fewer_params``: the same at the largest context for the variant with fewer
+    parameters (the confounded comparison), where the suite has that line."""
+    def line(h: int) -> dict[int, CaseRecord]:
+        return {r.value("seq_len"): r for r in select(rows, n_kv_heads=h, use_cache=True, batch_size=batch)}
+    base = line(mha)
+    p_mha = {n: r.metric("params") for n, r in base.items()}
+    matched: dict[int, CaseRecord] = {}
+    fewer: dict[int, CaseRecord] = {}
+    for r in select(rows, n_kv_heads=kv, use_cache=True, batch_size=batch):
+        n, p = r.value("seq_len"), r.metric("params")
+        ref = p_mha.get(n)
+        if ref and p is not None:
+            (matched if abs(p / ref - 1) <= MATCH_TOL else fewer)[n] = r
+    out: dict[str, Figure] = {}
+    ratios = {n: median_ratio(matched[n], base[n], f"n={n}") for n in sorted(set(matched) & set(base))}
+    if ratios:
+        top = max(ratios)
+        params = f"params {matched[top].metric('params'):,.0f} vs MHA {p_mha[top]:,.0f}"
+        out["decode_latency_ratio"] = replace(
+            ratios[top], note=f"per-token decode step, {kv} vs {mha} KV heads, b={batch}, n={top}, {params}")
+        out["speedup_starts_at"] = speedup_start(ratios)
+    else:
+        why = f"no parameter-matched {kv}-KV-head line (within {MATCH_TOL:.0%} of MHA) at b={batch}"
+        out["decode_latency_ratio"] = Figure(float("nan"), unit="×", note=why)
+        out["speedup_starts_at"] = Figure(float("nan"), unit="tokens", note=why)
+    shared = sorted(set(fewer) & set(base))
+    if shared:
+        top = shared[-1]
+        out["decode_latency_ratio_fewer_params"] = median_ratio(
+            fewer[top], base[top], f"{kv} vs {mha} KV heads, b={batch}, n={top}, params "
+                                   f"{fewer[top].metric('params'):,.0f} vs MHA {p_mha[top]:,.0f} (not matched)")
+    return out
+
+
+def speedup_start(ratios: dict[int, Figure]) -> Figure:
+    """The smallest context n of ``ratios`` (variant / MHA per context) from which every ratio's whole
+    interval lies below 1; NaN when the largest context's does not. The note lists each ratio."""
+    start = None
+    for n in sorted(ratios, reverse=True):
+        _, hi = ratios[n].bounds()
+        if not hi < 1:
+            break
+        start = n
+    listing = "; ".join(f"n={n}: {f.text()}" for n, f in sorted(ratios.items()))
+    head = f"decode step faster than MHA (interval below 1) from n={start} on" if start is not None \
+        else "no speed-up at the largest context"
+    return Figure(float("nan") if start is None else float(start), unit="tokens", note=f"{head}; {listing}")
+
+
 def _decode(ctx: Context, ev: Evidence, kv: int) -> None:
-    """Per-token decode latency of ``kv`` KV heads vs MHA (8), cached, batch 8, at the largest context."""
     run, rows = ctx.suite("kv_cache")
     ev.sources.append(run.id)
-    n = max(r.value("seq_len") for r in select(rows))
-    pick = lambda h: next(iter(select(rows, n_kv_heads=h, use_cache=True, batch_size=8, seq_len=n)), None)  # noqa: E731
-    ev.figures["decode_latency_ratio"] = median_ratio(pick(kv), pick(8), f"per-token latency vs MHA, b=8, n={n}")
+    ev.figures.update(decode_figures(rows, kv))
+    if "decode_latency_ratio_fewer_params" not in ev.figures:
+        ev.unavailable["decode_latency_ratio_fewer_params"] = (
+            "the suite run has no unmatched (fewer-parameter) line at b=8 (the quick suite runs only the "
+            "parameter-matched ones)")
     ev.chart = Chart("per-token decode latency (with cache)", "context length n", "ms",
                      {k: v for k, v in series(rows, "seq_len", "median_ms").items() if " cache" in k},
                      x_log=True, y_log=True)
@@ -44,26 +128,28 @@ def _quality(ctx: Context, ev: Evidence, variant: str) -> None:
     mha = vs.get("MHA")
     if name and mha:
         v = vs[name]
+        params = (f"params {v['params']:,} vs {mha['params']:,}: "
+                  + ("matched within 1% (FFN widened)" if abs(v["params"] / mha["params"] - 1) <= MATCH_TOL
+                     else "NOT matched"))
         ev.figures["rel_loss_increase"] = mean_ci([a / b - 1 for a, b in zip(v["val_loss"], mha["val_loss"])],
-                                                  "share", f"{name} vs MHA validation loss − 1, per seed "
-                                                  f"(params {v['params']:,} vs {mha['params']:,})")
+                                                  "share", f"{name} vs MHA validation loss − 1, per seed ({params})")
         ev.figures["rel_accuracy_drop"] = mean_ci([1 - a / b for a, b in zip(v["val_acc"], mha["val_acc"])],
-                                                  "share", f"{name} vs MHA next-token accuracy")
+                                                  "share", f"{name} vs MHA next-token accuracy ({params})")
+    else:
+        for f in ("rel_loss_increase", "rel_accuracy_drop"):
+            ev.unavailable[f] = f"the kv_heads experiment has no {variant.upper()} or MHA result"
     ev.notes.append(res.get("data_description", ""))
 
 
-KV_FIGURES = ("kv_ratio", "kv_formula_matches_cache", "decode_latency_ratio", "rel_loss_increase",
-              "rel_accuracy_drop")
+KV_FIGURES = ("kv_ratio", "kv_formula_matches_cache", "decode_latency_ratio", "speedup_starts_at",
+              "decode_latency_ratio_fewer_params", "rel_loss_increase", "rel_accuracy_drop")
 
 
 def _kv_variant(ctx: Context, n_heads: int, kv: int, suite_kv: int, variant: str) -> Evidence:
-    """Cache bytes of ``kv`` of ``n_heads`` KV heads vs MHA (formula and a real cache), decode latency of
-    ``suite_kv`` KV heads vs MHA in the kv_cache suite, and the small-LM quality of ``variant``."""
+    """Real cache bytes of ``kv`` of ``n_heads`` KV heads vs MHA (and the formula against them), decode
+    latency of ``suite_kv`` KV heads vs MHA in the kv_cache suite, and the small-LM quality of ``variant``."""
     ev = Evidence()
-    formula, real = _cache_bytes(n_heads, kv)
-    mha, _ = _cache_bytes(n_heads, n_heads)
-    ev.figures["kv_ratio"] = Figure(formula / mha, unit="×", note=f"{kv} / {n_heads} KV heads: cache bytes vs MHA")
-    ev.figures["kv_formula_matches_cache"] = Figure(formula == real, note=f"formula {formula} B, real {real} B")
+    ev.figures.update(kv_figures(n_heads, kv))
     _decode(ctx, ev, suite_kv)
     _quality(ctx, ev, variant)
     return ev
@@ -217,20 +303,95 @@ def alibi_rope(ctx: Context) -> Evidence:
     return ev
 
 
-@probe("sequential", figures=("no_cache_over_cache", "batch_throughput_gain"))
+GEN_LENGTHS = {True: (4, 16, 64), False: (16, 64, 256)}      # quick, full: tokens generated
+GEN_REPEATS = 7
+
+
+@torch.no_grad()
+def generation_times(model: Decoder, n: int, repeats: int = GEN_REPEATS, batch: int = 1
+                     ) -> tuple[list[float], list[float]]:
+    """Seconds to generate ``n`` tokens one at a time with the KV cache (``n`` sequential single-token
+    forwards, each token the greedy choice of the step before) and seconds of ONE parallel forward over
+    ``n`` tokens (a prefill), timed alternately ``repeats`` times after one warm-up of each, so both see the
+    same machine load. Returns (decode samples, prefill samples)."""
+    tokens = torch.randint(0, model.cfg.vocab_size, (batch, n), generator=torch.Generator().manual_seed(0))
+
+    def decode() -> None:
+        caches = model.new_caches()
+        nxt = tokens[:, :1]                                              # (B, 1)
+        for _ in range(n):
+            nxt = model(nxt, caches)[:, -1:].argmax(dim=-1)              # (B, 1): the next step waits for it
+
+    def prefill() -> None:
+        model(tokens)                                                    # (B, n, vocab) in one pass
+
+    out: tuple[list[float], list[float]] = ([], [])
+    for i in range(repeats + 1):
+        for fn, samples in ((decode, out[0]), (prefill, out[1])):
+            t0 = time.perf_counter()
+            fn()
+            if i:                                                        # the first round warms up
+                samples.append(time.perf_counter() - t0)
+    return out
+
+
+def sequential_figures(times: dict[int, tuple[list[float], list[float]]]) -> dict[str, Figure]:
+    """From (decode, prefill) samples per generated length n: ``decode_over_prefill``, time to decode the
+    largest n one token at a time / one parallel forward over it (bootstrap interval), and
+    ``decode_over_prefill_exp``, the log-log slope of that ratio vs n over every repeat's ratio (the
+    repeats are paired: timed back to back) with its t-interval."""
+    top = max(times)
+    dec, pre = times[top]
+    pts = [(float(n), d / p) for n, (ds, ps) in times.items() for d, p in zip(ds, ps)]
+    fit = fit_loglog([x for x, _ in pts], [y for _, y in pts])
+    medians = ", ".join(f"n={n}: {samples_ratio(d, p).value:.3g}×" for n, (d, p) in sorted(times.items()))
+    return {
+        "decode_over_prefill": samples_ratio(dec, pre, f"{top} cached single-token steps / one forward over "
+                                                       f"{top} tokens, {len(dec)} alternating repeats"),
+        "decode_over_prefill_exp": (Figure(float("nan"), note="fewer than 2 lengths") if fit is None else
+                                    Figure(fit.exponent, fit.ci_low, fit.ci_high, "",
+                                           f"log-log slope of the ratio vs n ({medians})", fit.n)),
+    }
+
+
+def batch_gain(rows: Sequence[CaseRecord]) -> Figure:
+    """Tokens/s at batch 8 / batch 1 of MHA with the cache at the shortest context of the kv_cache run
+    (where a step reads mostly weights; longer contexts read mostly the cache, which grows with the batch);
+    the note lists every context's gain. NaN when no context has both batches."""
+    gains = {}
+    for m in sorted({r.value("seq_len") for r in select(rows)}):
+        b1, b8 = (next(iter(select(rows, seq_len=m, n_kv_heads=8, d_ff=None, use_cache=True, batch_size=b)), None)
+                  for b in (1, 8))
+        if b1 and b8 and b1.metric("throughput_per_s") and b8.metric("throughput_per_s"):
+            gains[m] = b8.metric("throughput_per_s") / b1.metric("throughput_per_s")
+    if not gains:
+        return Figure(float("nan"), unit="×", note="the kv_cache run lacks MHA cached b=1 and b=8 at one context")
+    m = min(gains)
+    return Figure(gains[m], unit="×", note=f"tokens/s at batch 8 / batch 1, MHA with cache, at the shortest context "
+                                           f"n={m}: " + ", ".join(f"n={k}: {g:.2f}×" for k, g in gains.items()))
+
+
+@probe("sequential", figures=("decode_over_prefill", "decode_over_prefill_exp", "no_cache_over_cache",
+                              "batch_throughput_gain"))
 def sequential(ctx: Context) -> Evidence:
+    """Generation timed for real (the kv_cache suite's model, decoder-small; 2 layers under --quick):
+    n tokens one at a time vs one parallel forward over n; and the kv_cache suite's per-token costs."""
+    torch.manual_seed(0)
+    torch.set_num_threads(ctx.threads)
+    model = Decoder(resolve("decoder-small", **({"n_layers": 2} if ctx.quick else {})).config).eval()
+    lengths = GEN_LENGTHS[ctx.quick]
+    ev = Evidence()
+    ev.figures.update(sequential_figures({n: generation_times(model, n) for n in lengths}))
+    ev.notes.append(f"generation timed in this process on {ctx.threads} threads: decoder-small "
+                    f"(d=512, h=8, {model.cfg.n_layers} layers), batch 1, n = {', '.join(map(str, lengths))}")
     run, rows = ctx.suite("kv_cache")
-    ev = Evidence(sources=[run.id])
+    ev.sources.append(run.id)
     n = max(r.value("seq_len") for r in select(rows))
-    one = lambda **c: next(iter(select(rows, seq_len=n, n_kv_heads=8, **c)), None)  # noqa: E731
+    one = lambda **c: next(iter(select(rows, seq_len=n, n_kv_heads=8, d_ff=None, **c)), None)  # noqa: E731
     ev.figures["no_cache_over_cache"] = median_ratio(one(use_cache=False, batch_size=1),
                                                      one(use_cache=True, batch_size=1),
                                                      f"per-token latency without / with cache, n={n}, b=1")
-    b1, b8 = one(use_cache=True, batch_size=1), one(use_cache=True, batch_size=8)
-    if b1 and b8:
-        ev.figures["batch_throughput_gain"] = Figure(
-            b8.metrics["throughput_per_s"] / b1.metrics["throughput_per_s"], unit="×",
-            note="tokens/s at batch 8 / batch 1 (one token per sequence per step)")
+    ev.figures["batch_throughput_gain"] = batch_gain(rows)
     ev.chart = Chart("per-token decode latency", "context length n", "ms",
                      series(rows, "seq_len", "median_ms"), x_log=True, y_log=True)
     return ev
