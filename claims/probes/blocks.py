@@ -13,6 +13,7 @@ from architectures.layers.attention import Attention, eager_attention
 from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure
 from claims.probes import built_params, probe, samples_ratio
+from claims.probes.cost import eager_score_bytes
 from harness.flops import count_params
 from harness.registry import resolve
 from harness.timing import TimingConfig, measure_cpu
@@ -264,11 +265,15 @@ def mask_fill(ctx: Context | None) -> Evidence:
 
 @probe("pixel_tokens", figures=("tokens_224_pixels", "score_gb_per_head"))
 def pixel_tokens(ctx: Context | None) -> Evidence:
-    """Attention over the pixels of a 224×224 image: tokens, and the fp32 score matrix of one head, one layer."""
-    n = 224 * 224
+    """Attention over the pixels of a 224×224 image, one token per pixel: the score tensor the eager
+    attention core writes for one head (fp32, batch 1), caught at its q·kᵀ matmul on fake tensors (no memory)."""
+    pixels = torch.zeros(1, 3, 224, 224).flatten(2).transpose(1, 2)      # (1, 224·224, 3): a token per pixel
+    n = pixels.shape[1]
+    nbytes, shape = eager_score_bytes(n)
     ev = Evidence()
-    ev.figures["tokens_224_pixels"] = Figure(float(n), unit="tokens", note="224 × 224 pixels, one token each")
-    ev.figures["score_gb_per_head"] = Figure(n * n * 4 / 1e9, unit="GB",
-                                             note=f"{n:,}² fp32 scores = {n * n * 4 / 2**30:.2f} GiB, one head, "
-                                                  "one layer")
+    ev.figures["tokens_224_pixels"] = Figure(float(shape[-1]), unit="tokens",
+                                             note=f"224 × 224 pixels flattened to {n:,} tokens; scores {shape}")
+    ev.figures["score_gb_per_head"] = Figure(nbytes / 1e9, unit="GB",
+                                             note=f"the q·kᵀ output of the eager forward: {nbytes / 2**30:.2f} GiB, "
+                                                  "one head, one layer, fp32")
     return ev
