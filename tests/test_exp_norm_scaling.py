@@ -57,7 +57,8 @@ def test_divergence_flag():
     assert not NP.diverged(ok, task)
     assert NP.diverged({**ok, "nonfinite": True, "final_loss": math.inf}, task)
     assert NP.diverged({**ok, "final_loss": 3.5}, task)                    # worse than at init
-    assert NP.diverged({**ok, "final_loss": task.trivial_loss + 0.01}, task)  # no better than chance
+    stalled = {**ok, "final_loss": task.trivial_loss + 0.01}              # no better than chance
+    assert not NP.diverged(stalled, task) and NP.never_learned(stalled, task)   # did not learn, did not diverge
 
 
 # ------------------------------------------------------------------------------------------------

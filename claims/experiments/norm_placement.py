@@ -106,8 +106,14 @@ def grad_norm_at_init(setup: Setup, seeds: Seeds) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------
 
 def diverged(r: dict[str, Any], task: Task) -> bool:
-    """Non-finite, worse than at init, or not better than the context-free predictor (ln n_values)."""
-    return r["nonfinite"] or r["final_loss"] > r["init_loss"] or r["final_loss"] >= task.trivial_loss
+    """The run blew up: its loss became non-finite or ended worse than at initialisation."""
+    return bool(r["nonfinite"] or r["final_loss"] > r["init_loss"])
+
+
+def never_learned(r: dict[str, Any], task: Task) -> bool:
+    """The run stayed finite and below its initial loss but never beat the context-free predictor
+    (ln n_values): it did not learn, which is not the same as diverging."""
+    return not diverged(r, task) and r["final_loss"] >= task.trivial_loss
 
 
 def cell_name(placement: str, depth: int, lr: float, warmup: float) -> str:
@@ -123,7 +129,7 @@ def training_grid(setup: Setup, seeds: Seeds) -> dict[str, Any]:
         model = _build(setup, seed, cell["depth"], norm_placement=cell["placement"])
         r = train(model, task, steps=setup.steps, batch=setup.batch, lr=cell["lr"],
                   warmup=round(cell["warmup"] * setup.steps), seed=seed, held_out=held)
-        return {**outcome(r), "diverged": diverged(r, task)}
+        return {**outcome(r), "diverged": diverged(r, task), "never_learned": never_learned(r, task)}
 
     runs = sweep(cells, seeds, trial)
     return {name: {**cell, **runs[name], "divergence_rate": sum(runs[name]["diverged"]) / len(seeds)}
@@ -152,6 +158,8 @@ def summarise(cells: dict[str, Any], setup: Setup, seeds: Seeds) -> dict[str, An
         out["divergence_rate_by_warmup"][placement] = {
             f"{wu:g}": sum(d for c in mine if c["warmup"] == wu for d in c["diverged"])
             / sum(len(c["diverged"]) for c in mine if c["warmup"] == wu) for wu in setup.warmups}
+        stalls = [d for c in mine for d in c["never_learned"]]
+        out.setdefault("never_learned_rate", {})[placement] = sum(stalls) / len(stalls)
         nf = [d for c in mine for d in c["nonfinite"]]
         out["nonfinite_rate"][placement] = sum(nf) / len(nf)
         spread, std, best, worst = [], [], [], []

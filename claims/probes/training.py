@@ -86,23 +86,36 @@ def scaling(ctx: Context) -> Evidence:
     return ev
 
 
-@probe("norm_placement", figures=("divergence_gap", "sensitivity_ratio", "last_grad_ratio_deep"))
+@probe("norm_placement", figures=("divergence_gap", "never_learned_gap", "sensitivity_ratio", "last_grad_ratio_deep"))
 def norm_placement(ctx: Context) -> Evidence:
     res = ctx.experiment("norm_placement")
     ev = Evidence(notes=[_note(res)])
     cells = res.get("grid", {})
     seeds = len(res.get("seeds", []))
-    rates = {}
+    rates: dict[str, dict[str, list[float]]] = {"diverged": {}, "never_learned": {}}
     for placement in ("pre", "post"):
         mine = [c for c in cells.values() if c.get("placement") == placement]
-        rates[placement] = [sum(bool(c["diverged"][i]) for c in mine) / max(len(mine), 1) for i in range(seeds)]
-    ev.figures["divergence_gap"] = mean_ci(_per_seed(rates["post"], rates["pre"]), "share of runs",
-                                           "divergence rate post − pre over the grid, per seed")
+        for kind in rates:
+            if mine and all(kind in c for c in mine):
+                rates[kind][placement] = [sum(bool(c[kind][i]) for c in mine) / len(mine) for i in range(seeds)]
+    if len(rates["never_learned"]) == 2:        # a stored result from before the two were told apart has none
+        ev.figures["divergence_gap"] = mean_ci(_per_seed(rates["diverged"]["post"], rates["diverged"]["pre"]),
+                                               "share of runs", "divergence rate (non-finite or loss above its "
+                                               "initial value) post − pre over the grid, per seed")
+        ev.figures["never_learned_gap"] = mean_ci(
+            _per_seed(rates["never_learned"]["post"], rates["never_learned"]["pre"]), "share of runs",
+            "runs that stayed finite but never beat chance (ln 16), post − pre, per seed: not divergence")
+    else:
+        for key in ("divergence_gap", "never_learned_gap"):
+            ev.unavailable[key] = ("the experiment's result does not tell divergence from never learning "
+                                   "(measure it again: --fresh)")
     spread = res.get("summary", {}).get("lr_spread", {})
     if spread.get("pre") and spread.get("post"):
         ev.figures["sensitivity_ratio"] = mean_ci(_per_seed(spread["post"], spread["pre"], lambda a, b: a / b
                                                             if b else float("nan")), "×",
                                                   "spread of final loss across learning rates, post / pre")
+    else:
+        ev.unavailable["sensitivity_ratio"] = "the experiment recorded no learning-rate spread"
     grads = res.get("grad_norm_at_init", {})
     if grads:
         deep = max(grads, key=float)
@@ -113,6 +126,8 @@ def norm_placement(ctx: Context) -> Evidence:
         ev.chart = mean_chart({p: {d: grads[d][p]["last_layer"] for d in grads} for p in ("pre", "post")},
                               "last layer's gradient norm at initialisation", "depth", "‖∇‖ (mean over seeds)",
                               x_log=True, y_log=True)
+    else:
+        ev.unavailable["last_grad_ratio_deep"] = "the experiment recorded no gradient norms at initialisation"
     return ev
 
 
