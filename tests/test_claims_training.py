@@ -1,11 +1,14 @@
-"""C17: a run that never learned is not a run that diverged — the experiment's flags and the probe's figures."""
+"""C17: a run that never learned is not a run that diverged; C20: a token count never taken from the config."""
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from claims.experiments.norm_placement import diverged, never_learned
+from claims.probes import vision
 from claims.probes.training import norm_placement
 
 TASK = SimpleNamespace(trivial_loss=2.77)          # ln 16: the context-free predictor
@@ -49,3 +52,27 @@ def test_an_old_result_without_the_distinction_is_unavailable_not_guessed():
     grid = {"pre/a": {"placement": "pre", "diverged": [False]}, "post/a": {"placement": "post", "diverged": [True]}}
     ev = norm_placement(_Ctx({"grid": grid, "seeds": [0]}))            # type: ignore[arg-type]
     assert "divergence_gap" not in ev.figures and "--fresh" in ev.unavailable["divergence_gap"]
+
+
+def test_vit_tokens_never_falls_back_to_the_config(monkeypatch):
+    """C20: with a model whose encoder block never runs, the token count is unavailable, not n_tokens = 197."""
+    real = vision.resolve
+
+    def hookless(name, **over):
+        spec = real(name, **over)
+        class Skip(torch.nn.Module):
+            def __init__(self, cfg):
+                super().__init__()
+                self.inner = spec.build(cfg)
+                self.blocks = [torch.nn.Identity()]              # a block the forward never calls
+                self.patch_embed = self.inner.patch_embed
+
+            def forward(self, x):
+                return self.inner.patch_embed(x)
+        return dataclasses.replace(spec, build=Skip)
+
+    ev = vision.vit_tokens(None)                                        # type: ignore[arg-type]
+    assert ev.figures["tokens_224_16"].value == 197 and ev.figures["patch_dim"].value == 768
+    monkeypatch.setattr(vision, "resolve", hookless)
+    ev = vision.vit_tokens(None)                                        # type: ignore[arg-type]
+    assert "tokens_224_16" not in ev.figures and "never ran" in ev.unavailable["tokens_224_16"]

@@ -60,12 +60,14 @@ def vit_tokens(ctx: Context) -> Evidence:
         model(torch.zeros(1, 3, 224, 224))
     handle.remove()
     ev = Evidence()
-    tokens = seen["x"][1] if "x" in seen else spec.config.n_tokens
-    ev.figures["tokens_224_16"] = Figure(float(tokens), unit="tokens",
-                                         note="sequence length entering the encoder" if "x" in seen
-                                         else "ViTConfig.n_tokens")
-    ev.figures["patch_dim"] = Figure(float(3 * spec.config.patch_size ** 2), unit="values",
-                                     note="3 channels × 16 × 16 per patch")
+    if "x" in seen:
+        ev.figures["tokens_224_16"] = Figure(float(seen["x"][1]), unit="tokens",
+                                             note=f"sequence length entering the encoder {seen['x']}")
+    else:                                 # never the config's own n_tokens: that is the formula being checked
+        ev.unavailable["tokens_224_16"] = "the encoder's first block never ran: no sequence length was seen"
+    fan_in = model.patch_embed.weight[0].numel()                  # weight (d, 3, p, p): values per patch
+    ev.figures["patch_dim"] = Figure(float(fan_in), unit="values",
+                                     note=f"fan-in of the patch embedding, weight {tuple(model.patch_embed.weight.shape)}")
     return ev
 
 
