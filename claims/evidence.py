@@ -6,11 +6,13 @@ case goes to the context's ``on_record`` callback (the CLI draws its progress fr
 """
 from __future__ import annotations
 
+import hashlib
 import importlib
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -22,6 +24,16 @@ from harness.store import Store
 from harness.suite import load_suite
 
 log = logging.getLogger("bench")
+EXPERIMENTS = Path(__file__).with_name("experiments")
+
+
+def experiments_code_hash() -> str:
+    """A digest of the experiments' code (claims/experiments/*.py): a stored result is reused only when the
+    code that trained it is the code of this checkout."""
+    h = hashlib.sha256()
+    for path in sorted(EXPERIMENTS.glob("*.py")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
 
 
 @dataclass
@@ -106,9 +118,13 @@ class Context:
         seeds = list(self.seeds)
         env = fingerprint(threads=self.threads)
         row = None if self.fresh else self.store.find_experiment(module, self.quick, seeds, env["hard"])
+        if row is not None and row["result"].get("code_hash") != experiments_code_hash():
+            log.info("claims: the stored %s was trained by other experiment code: training it again", module)
+            row = None
         if row is not None:
             log.info("claims: reusing experiment %s from %s", module, row["finished_at"])
             result = row["result"]
+            env = row["env"]                          # provenance: the environment that trained it
         else:
             mod = importlib.import_module(f"claims.experiments.{module}")
             log.info("claims: training experiment %s (%s, seeds %s)", module, "quick" if self.quick else "full", seeds)
@@ -116,6 +132,7 @@ class Context:
             t0 = time.perf_counter()
             result = mod.run(quick=self.quick, seeds=tuple(seeds))
             result.setdefault("wall_s", time.perf_counter() - t0)
+            result["code_hash"] = experiments_code_hash()
             result["data_description"] = getattr(mod, "DATA", "")
             self.store.add_experiment(module, self.quick, seeds, env, result)
             log.info("claims: %s took %.0f s", module, time.perf_counter() - t0)

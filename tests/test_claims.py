@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import sys
+import types
 
 import pytest
 import torch
@@ -11,7 +13,10 @@ import torch
 from claims.catalog import load_catalog, select_claims
 from claims.model import Evidence, Figure, Rule, mean_ci
 from claims.rules import check, combine, evaluate
+from claims import evidence as evidence_module
 from claims import verdicts as verdicts_module
+from claims.evidence import Context
+from harness.store import Store
 from claims.probes import load_all
 from claims.verdicts import decide
 from harness.errors import BenchInputError
@@ -217,6 +222,24 @@ def test_stored_suite_run_is_reused_only_with_the_same_cases(tmp_path):
     assert ctx._stored_run("heads", {"threads": 1}, keys - {cases[0].key}) is None     # a case removed
     assert ctx._stored_run("heads", {"threads": 1}, keys | {"new-case"}) is None        # a case added
     assert ctx._stored_run("heads", {"threads": 2}, keys) is None                       # other --set
+
+
+def test_a_stored_experiment_is_reused_only_when_its_code_is_this_checkouts(tmp_path, monkeypatch):
+    """An experiment result trained by other experiment code is trained again; one reused keeps the
+    provenance (commit, torch) of the run that trained it."""
+    calls = []
+    fake = types.ModuleType("claims.experiments.fake_exp")
+    fake.run = lambda quick, seeds: calls.append(seeds) or {"value": len(calls)}     # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "claims.experiments.fake_exp", fake)
+    store = Store(f"sqlite:///{tmp_path / 's.sqlite'}")
+    first = Context(store=store, quick=True, threads=1, seeds=(0,))
+    assert first.experiment("fake_exp")["value"] == 1
+    again = Context(store=store, quick=True, threads=1, seeds=(0,))
+    assert again.experiment("fake_exp")["value"] == 1 and len(calls) == 1          # same code: reused
+    assert again.provenance[-1]["torch"] == torch.__version__
+    monkeypatch.setattr(evidence_module, "experiments_code_hash", lambda: "other-code")
+    changed = Context(store=store, quick=True, threads=1, seeds=(0,))
+    assert changed.experiment("fake_exp")["value"] == 2 and len(calls) == 2        # changed code: trained again
 
 
 @pytest.mark.parametrize("arch", ["lstm-small", "conv1d-small"])
