@@ -26,10 +26,10 @@ class Figure:
 
     @property
     def has_interval(self) -> bool:
-        return self.lo is not None and self.hi is not None and math.isfinite(self.lo) and math.isfinite(self.hi)
+        return self.lo is not None and self.hi is not None and not math.isnan(self.lo) and not math.isnan(self.hi)
 
     def bounds(self) -> tuple[float, float]:
-        """[lo, hi] when known, else the point itself."""
+        """[lo, hi] when known (an unbounded side is ±inf: a rule on it cannot pass), else the point itself."""
         return (self.lo, self.hi) if self.has_interval else (self.value, self.value)  # type: ignore[return-value]
 
     def text(self) -> str:

@@ -35,7 +35,8 @@ DATA = (
     "training pool from a different fixed seed. Models are trained from scratch on class-balanced "
     "subsets of growing size (digits 50–1,257; shapes 100–2,000 in the quick run, up to 8,000 in the "
     "full one) — all far below the ~100k-image scale the claim is about; the models have ~0.3–2 M "
-    "forward MACs per image and tens of thousands of parameters."
+    "forward MACs per image and tens of thousands of parameters. On the digits a small Swin (2 stages × 2 "
+    "blocks, 4×4 windows, MACs matched) is trained too, on the smallest subset in the quick run."
 )
 
 SHAPES_TRAIN_SEED = 1001          # fixed training pool
@@ -54,6 +55,10 @@ class ModelWidths:
     cnn_width: int = 8
     cnn_stages: int = 2
     cnn_blocks: int = 1
+    swin_patch: int = 2               # Swin ("swin-t" overridden): 2 stages of 2 blocks, 4×4 windows
+    swin_embed: int = 8
+    swin_heads: int = 2
+    swin_window: int = 4
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,8 @@ class Setup:
     digits_img: int = 16
     digits_subsets: tuple[int, ...] = (50, 150, 500, 1257)
     digits_models: ModelWidths = ModelWidths(cnn_width=5, cnn_stages=3, cnn_blocks=1)
+    swin_datasets: tuple[str, ...] = ("digits",)     # Swin is many small ops: ~5× the ViT's step time here
+    swin_sizes: int = 1                               # trained on the smallest ``swin_sizes`` subsets only
     shapes_img: int = 32
     shapes_subsets: tuple[int, ...] = (100, 500, 2000)
     shapes_test: int = 1000
@@ -83,28 +90,34 @@ class Setup:
 
 
 QUICK = Setup()
-FULL = Setup(shapes_subsets=(100, 500, 2000, 8000), epochs=40.0, min_steps=300, max_steps=2000)
+FULL = Setup(shapes_subsets=(100, 500, 2000, 8000), epochs=40.0, min_steps=300, max_steps=2000, swin_sizes=4)
 
 
 # ------------------------------------------------------------------------------------------------
 # Models and their cost
 # ------------------------------------------------------------------------------------------------
 
-def model_specs(img_size: int, widths: ModelWidths, num_classes: int) -> dict[str, object]:
-    """{"vit": ArchSpec, "cnn": ArchSpec} resolved from the registry with this data set's sizes."""
-    return {
+def model_specs(img_size: int, widths: ModelWidths, num_classes: int, swin: bool = False) -> dict[str, object]:
+    """{"vit": ArchSpec, "cnn": ArchSpec[, "swin": ArchSpec]} resolved from the registry with this data set's
+    sizes (forward MACs matched within ~25 %: see the record's ``scale.models``)."""
+    out = {
         "vit": resolve("vit-micro", img_size=img_size, patch_size=widths.vit_patch, d_model=widths.vit_d_model,
                        n_layers=widths.vit_layers, n_heads=widths.vit_heads, d_ff=widths.vit_d_ff,
                        num_classes=num_classes),
         "cnn": resolve("resnet-micro", img_size=img_size, width=widths.cnn_width, n_stages=widths.cnn_stages,
                        blocks=widths.cnn_blocks, num_classes=num_classes),
     }
+    if swin:
+        out["swin"] = resolve("swin-t", img_size=img_size, patch_size=widths.swin_patch, embed_dim=widths.swin_embed,
+                              depths=(2, 2), n_heads=widths.swin_heads, window_size=widths.swin_window,
+                              num_classes=num_classes)
+    return out
 
 
-def model_costs(img_size: int, widths: ModelWidths, num_classes: int) -> dict[str, dict[str, int]]:
+def model_costs(img_size: int, widths: ModelWidths, num_classes: int, swin: bool = False) -> dict[str, dict[str, int]]:
     """Per model: params and forward MACs per image, counted (harness.flops) and from the spec's formula."""
     out = {}
-    for name, spec in model_specs(img_size, widths, num_classes).items():
+    for name, spec in model_specs(img_size, widths, num_classes, swin).items():
         model = spec.build(spec.config).eval()
         counted = count_model(model, torch.zeros(1, 3, img_size, img_size))
         formula = spec.cost(spec.config, Workload(batch_size=1, img_size=img_size))
@@ -185,15 +198,18 @@ def load(name: str, setup: Setup) -> tuple[Tensor, Tensor, Tensor, Tensor, int, 
 def dataset(name: str, setup: Setup, seeds: Seeds) -> tuple[Fields, Fields]:
     """One data set: per model, per subset size, the test accuracy per seed; the gap CNN − ViT; its scale."""
     xtr, ytr, xte, yte, k, img, widths, subsets = load(name, setup)
-    specs = model_specs(img, widths, k)
-    costs = model_costs(img, widths, k)
+    with_swin = name in setup.swin_datasets
+    specs = model_specs(img, widths, k, with_swin)
+    costs = model_costs(img, widths, k, with_swin)
+    swin_at = set(sorted(subsets)[:setup.swin_sizes]) if with_swin else set()
 
     def trial(n: int, seed: int) -> Fields:
         idx = balanced_subset(ytr, n, seed)
-        return {m: train_eval(spec, xtr[idx], ytr[idx], xte, yte, setup, seed) for m, spec in specs.items()}
+        return {m: train_eval(spec, xtr[idx], ytr[idx], xte, yte, setup, seed) for m, spec in specs.items()
+                if m != "swin" or n in swin_at}
 
     runs = sweep({str(n): n for n in subsets}, seeds, trial)             # {str(n): {model: [per seed]}}
-    acc = {m: {n: runs[n][m] for n in runs} for m in specs}
+    acc = {m: {n: runs[n][m] for n in runs if m in runs[n]} for m in specs}
     gap = {n: [c - v for c, v in zip(acc["cnn"][n], acc["vit"][n])] for n in runs}
     largest = str(max(subsets))
     scale = {"img_size": img, "num_classes": k, "train_pool": len(ytr), "test_size": len(yte),
@@ -201,7 +217,7 @@ def dataset(name: str, setup: Setup, seeds: Seeds) -> tuple[Fields, Fields]:
              "batch": setup.batch, "models": costs,
              "mac_ratio_vit_over_cnn": costs["vit"]["macs"] / costs["cnn"]["macs"]}
     return {"subsets": list(subsets), "chance": 1.0 / k, "acc": acc, "gap": gap,
-            "acc_largest": {m: list(acc[m][largest]) for m in specs}}, scale
+            "acc_largest": {m: list(acc[m][largest]) for m in specs if largest in acc[m]}}, scale
 
 
 def measure(setup: Setup, seeds: Seeds) -> tuple[Fields, Fields]:

@@ -2,7 +2,10 @@
 claims/experiments, each returning per-seed lists that become means with 95% intervals."""
 from __future__ import annotations
 
+import math
 from typing import Any
+
+import numpy as np
 
 from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure, mean_ci
@@ -18,9 +21,52 @@ def _per_seed(a: list, b: list, fn=lambda x, y: x - y) -> list[float]:
     return [fn(x, y) for x, y in zip(a, b) if x is not None and y is not None]
 
 
-@probe("small_data", figures=("gap_smallest", "cnn_acc_smallest", "gap_shrinks", "imagenet_scale"))
+FAIL_SKILL = 0.5      # the ViT "fails" when it gains less than half of the CNN's accuracy over chance
+GOOD_SKILL = 0.8      # a model is "good" when it gains at least 80 % of the CNN's accuracy over chance
+
+
+def skill_ratio(model: list, cnn: list, chance: float) -> list[float]:
+    """Per seed, (accuracy − chance) / (CNN accuracy − chance): the share of the CNN's gain over chance.
+    A seed whose CNN is at or below chance has no gain to share: the ratio is undefined, an error."""
+    if any(c is None or c <= chance for c in cnn):
+        raise ValueError(f"a CNN run is at or below chance ({chance:.2f}): the ViT's share of its gain is undefined")
+    return [(m - chance) / (c - chance) for m, c in zip(model, cnn)]
+
+
+def gap_fit(gaps: dict[str, list[float]]) -> tuple[Figure, Figure]:
+    """Per seed, a least-squares line of the gap (CNN − ViT accuracy) against log10(training images):
+    (its slope per decade, mean with a t-interval over seeds; the image count where the line reaches 0,
+    10^(mean of per-seed log10 counts) with a t-interval — unbounded above when a seed's gap does not shrink)."""
+    sizes = sorted(gaps, key=float)
+    xs = np.log10([float(n) for n in sizes])
+    slopes, roots, never = [], [], 0
+    for i in range(min(len(gaps[n]) for n in sizes)):
+        ys = np.array([gaps[n][i] for n in sizes], dtype=float)
+        b, a = np.polyfit(xs, ys, 1)
+        slopes.append(float(b))
+        if b < 0:
+            roots.append(float(-a / b))
+        else:
+            never += 1
+    what = f"gap vs log10(images) over {sizes[0]}…{sizes[-1]}, per seed"
+    slope = mean_ci(slopes, "accuracy points per 10× images", f"slope of the {what}")
+    if not roots:
+        return slope, Figure(math.inf, note=f"the gap does not shrink in any seed ({what})", unit="images")
+    r = mean_ci(roots)
+    hi = math.inf if never or r.hi is None else 10 ** r.hi
+    lo = 10 ** r.lo if r.lo is not None else None
+    if never and lo is None:
+        lo = 10 ** r.value
+    close = Figure(10 ** r.value, lo, hi, "images", f"where the fitted {what} reaches 0 (extrapolated)"
+                   + (f"; in {never} seed(s) it does not shrink: unbounded" if never else ""), len(slopes))
+    return slope, close
+
+
+@probe("small_data", figures=("gap_smallest", "cnn_acc_smallest", "vit_skill_smallest", "swin_skill_smallest",
+                              "gap_slope", "gap_closes_at", "gap_shrinks", "imagenet_scale"))
 def small_data(ctx: Context) -> Evidence:
-    """C24 on the hardest-for-the-ViT data set of the experiment: CNN − ViT test accuracy per subset size."""
+    """C24 on the digits (the data set with a Swin): CNN, ViT and Swin of matched MACs per subset size; the
+    ViT "fails" below FAIL_SKILL of the CNN's gain over chance; the gap fitted against log(images)."""
     res = ctx.experiment("small_vision")
     ev = Evidence(notes=[_note(res)])
     datasets = res.get("datasets", {})
@@ -29,21 +75,33 @@ def small_data(ctx: Context) -> Evidence:
         for model, by_n in d.get("acc", {}).items():
             series[f"{name}: {model}"] = by_n
     primary = "digits" if "digits" in datasets else next(iter(datasets), None)
-    if primary:
-        d = datasets[primary]
-        sizes = sorted(d["subsets"])
-        small, large = str(sizes[0]), str(sizes[-1])
-        ev.figures["gap_smallest"] = mean_ci(d["gap"][small], "accuracy points",
-                                             f"{primary}: CNN − ViT at {small} training images")
-        ev.figures["cnn_acc_smallest"] = mean_ci(d["acc"]["cnn"][small], "accuracy", f"{primary}, {small} images")
-        ev.figures["gap_shrinks"] = mean_ci(_per_seed(d["gap"][small], d["gap"][large]), "accuracy points",
-                                            f"gap at {small} − gap at {large} images")
-        for other, od in datasets.items():
-            if other != primary:
-                osizes = sorted(od["subsets"])
-                ev.notes.append(f"{other}: CNN − ViT at {osizes[0]} images "
-                                f"{mean_ci(od['gap'][str(osizes[0])]).text()}, at {osizes[-1]} "
-                                f"{mean_ci(od['gap'][str(osizes[-1])]).text()}")
+    if primary is None:
+        raise ValueError("the small_vision experiment returned no data set")
+    d = datasets[primary]
+    sizes = sorted(d["subsets"])
+    small, large = str(sizes[0]), str(sizes[-1])
+    chance, acc = d["chance"], d["acc"]
+    ev.figures["gap_smallest"] = mean_ci(d["gap"][small], "accuracy points", f"{primary}: CNN − ViT at {small} images")
+    ev.figures["cnn_acc_smallest"] = mean_ci(acc["cnn"][small], "accuracy", f"{primary}, {small} images")
+    ev.figures["vit_skill_smallest"] = mean_ci(
+        skill_ratio(acc["vit"][small], acc["cnn"][small], chance), "of the CNN's gain",
+        f"{primary}, {small} images: (ViT − chance) / (CNN − chance), chance {chance:.2f}")
+    if small in acc.get("swin", {}):
+        ev.figures["swin_skill_smallest"] = mean_ci(
+            skill_ratio(acc["swin"][small], acc["cnn"][small], chance), "of the CNN's gain",
+            f"{primary}, {small} images: (Swin − chance) / (CNN − chance)")
+    else:
+        ev.unavailable["swin_skill_smallest"] = f"the experiment trained no Swin on {primary} at {small} images"
+    ev.figures["gap_shrinks"] = mean_ci(_per_seed(d["gap"][small], d["gap"][large]), "accuracy points",
+                                        f"gap at {small} − gap at {large} images")
+    ev.figures["gap_slope"], ev.figures["gap_closes_at"] = gap_fit(d["gap"])
+    for other, od in datasets.items():
+        if other != primary:
+            slope, close = gap_fit(od["gap"])
+            ev.notes.append(f"{other}: CNN − ViT slope {slope.text()} per 10× images, closes at {close.text()}")
+    costs = d.get("scale", {}).get("models", {})
+    if costs:
+        ev.notes.append(f"{primary}: forward MACs per image " + ", ".join(f"{m} {c['macs']:,}" for m, c in costs.items()))
     ev.unavailable["imagenet_scale"] = ("needs ImageNet/JFT-scale data and GPU training: the largest set "
                                         "here is a few thousand small images")
     ev.chart = mean_chart(series, "test accuracy vs training images", "training images", "accuracy", x_log=True)
