@@ -98,7 +98,7 @@ def small_data(ctx: Context) -> Evidence:
     for other, od in datasets.items():
         if other != primary:
             slope, close = gap_fit(od["gap"])
-            ev.notes.append(f"{other}: CNN − ViT slope {slope.text()} per 10× images, closes at {close.text()}")
+            ev.notes.append(f"{other}: CNN − ViT slope {slope.text()}, closes at {close.text()}")
     costs = d.get("scale", {}).get("models", {})
     if costs:
         ev.notes.append(f"{primary}: forward MACs per image " + ", ".join(f"{m} {c['macs']:,}" for m, c in costs.items()))
