@@ -52,8 +52,12 @@ class Context:
     _suites: dict[tuple, tuple[RunRecord, list[CaseRecord]]] = field(default_factory=dict)
     _experiments: dict[str, dict[str, Any]] = field(default_factory=dict)
     _experiment_provenance: dict[str, dict[str, Any]] = field(default_factory=dict)
-    used: list[str] = field(default_factory=list)
     provenance: list[dict[str, Any]] = field(default_factory=list)   # one entry per suite/experiment use
+
+    @property
+    def used(self) -> list[str]:
+        """Each suite run and experiment this context drew on, once, in order of first use."""
+        return list(dict.fromkeys(p["source"] for p in self.provenance))
 
     def here(self) -> dict[str, Any]:
         """Provenance of what a probe computes in this process: this checkout's commit, torch, device."""
@@ -86,7 +90,6 @@ class Context:
             log.info("claims: reusing run %s of %s", run.id, name)
         result = (run, self.store.records(run.id))
         self._suites[key] = result
-        self.used.append(f"run {run.id} ({name})")
         self.provenance.append(self._run_provenance(*result))
         return result
 
@@ -141,5 +144,4 @@ class Context:
             "source": f"experiment {module}", "commit": env["soft"].get("commit"), "dirty": env["soft"].get("dirty"),
             "torch": env["hard"].get("torch"), "device": "cpu"}        # the experiments train on the CPU
         self.provenance.append(self._experiment_provenance[module])
-        self.used.append(f"experiment {module}")
         return result

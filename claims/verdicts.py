@@ -36,6 +36,7 @@ def run_claims(claims: list[Claim], ctx: Context, on_verdict: Callable[[Verdict]
     """Probe and decide each claim; a probe that fails makes its claims inconclusive with the error (and
     ``Evidence.failed`` set, so the command can exit non-zero)."""
     probes = load_all()
+    here = ctx.here()
     cache: dict[str, tuple[Evidence, list[dict[str, Any]]]] = {}
     verdicts = []
     for claim in claims:
@@ -51,7 +52,7 @@ def run_claims(claims: list[Claim], ctx: Context, on_verdict: Callable[[Verdict]
                                   for c in claims if c.probe == claim.probe for r in c.rules}
             ev.notes.append(f"probe {claim.probe}: {time.perf_counter() - t0:,.1f} s")
             sources = {p["source"]: p for p in ctx.provenance[start:]}        # each source once, in order
-            cache[claim.probe] = (ev, [ctx.here(), *sources.values()])
+            cache[claim.probe] = (ev, [here, *sources.values()])
         ev, provenance = cache[claim.probe]
         v = decide(claim, ev, ctx.device, provenance)
         verdicts.append(v)

@@ -18,6 +18,9 @@ import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
+from harness.spec import ArchSpec, Workload
+from harness.steps import cast_inputs
+
 
 def new_fake_mode() -> FakeTensorMode:
     """A FakeTensorMode that accepts the real tensors a model may hold (e.g. constants)."""
@@ -45,6 +48,16 @@ def build_fake(build: Callable[[], nn.Module], mode: FakeTensorMode, device: tor
         for owner, name in places[1:]:
             setattr(owner, name, getattr(first_owner, first_name))
     return model
+
+
+def fake_case(spec: ArchSpec, w: Workload, device: torch.device) -> tuple[nn.Module, tuple, FakeTensorMode]:
+    """One case on fake tensors: the model of ``spec`` (in ``w``'s dtype), its inputs made inside the mode,
+    and the mode to run them under."""
+    mode = new_fake_mode()
+    model = build_fake(lambda: spec.build(spec.config).to(w.torch_dtype), mode, device)
+    with mode:
+        inputs = cast_inputs(spec.make_inputs(spec.config, w, device), w.torch_dtype)
+    return model, inputs, mode
 
 
 def _shared_parameters(model: nn.Module) -> list[list[tuple[nn.Module, str]]]:

@@ -19,7 +19,7 @@ from harness import flops as flop_counter
 from harness import memory, registry
 from harness.env import usable_cores
 from harness.errors import BenchInputError
-from harness.fake import build_fake, new_fake_mode
+from harness.fake import fake_case
 from harness.plugins import load_files as load_plugin_files
 from harness.records import CaseRecord
 from harness.spec import ArchSpec, Case, Workload
@@ -63,12 +63,9 @@ def fake_pass(spec: ArchSpec, w: Workload, device: torch.device, want_flops: boo
     """Params, MACs/FLOPs, bytes moved and the estimated peak bytes, on fake tensors (no memory, no arithmetic).
     Work the counter cannot count leaves ``macs``/``flops`` out (never a partial count, never 0): the ops and
     why go into ``gaps`` when given, else :class:`harness.flops.UncountedFlopsError` is raised."""
-    dtype = w.torch_dtype
     out: dict[str, float] = {}
-    mode = new_fake_mode()
-    model = build_fake(lambda: spec.build(spec.config).to(dtype), mode, device)
+    model, inputs, mode = fake_case(spec, w, device)
     with mode:
-        inputs = cast_inputs(spec.make_inputs(spec.config, w, device), dtype)
         out["params"] = float(flop_counter.count_params(model))
         step = make_step(model, inputs, w.mode)
         peak: list[int] = []

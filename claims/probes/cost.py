@@ -18,7 +18,7 @@ from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure
 from claims.probes import at, built_params, exponent, median_ratio, probe, ratio_figure, select, series
 from harness import memory, registry
-from harness.fake import build_fake, new_fake_mode
+from harness.fake import fake_case, new_fake_mode
 from harness.flops import FlopCount, count_flops, count_model, dependency_trace
 from harness.records import CaseRecord
 from harness.registry import resolve
@@ -50,12 +50,8 @@ def reference_path(unrolled: bool) -> Iterator[None]:
 
 def fake_model(arch: str, n: int, **overrides) -> tuple[nn.Module, tuple, torch._subclasses.FakeTensorMode]:
     """``arch`` built on fake tensors (eval) with its inputs for batch 1, n tokens, and the fake mode."""
-    spec = resolve(arch, **overrides)
-    mode = new_fake_mode()
-    model = build_fake(lambda: spec.build(spec.config).eval(), mode, CPU)
-    with mode:
-        inputs = spec.make_inputs(spec.config, Workload(batch_size=1, seq_len=n), CPU)
-    return model, inputs, mode
+    model, inputs, mode = fake_case(resolve(arch, **overrides), Workload(batch_size=1, seq_len=n), CPU)
+    return model.eval(), inputs, mode
 
 
 def module_macs(arch: str, n: int, parts: Sequence[str], unrolled: bool = False, **overrides) -> dict[str, int]:

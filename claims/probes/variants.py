@@ -317,10 +317,7 @@ def generation_times(model: Decoder, n: int, repeats: int = GEN_REPEATS, batch: 
     tokens = torch.randint(0, model.cfg.vocab_size, (batch, n), generator=torch.Generator().manual_seed(0))
 
     def decode() -> None:
-        caches = model.new_caches()
-        nxt = tokens[:, :1]                                              # (B, 1)
-        for _ in range(n):
-            nxt = model(nxt, caches)[:, -1:].argmax(dim=-1)              # (B, 1): the next step waits for it
+        model.generate(tokens[:, :1], n)                  # n single-token forwards, each on the last one's output
 
     def prefill() -> None:
         model(tokens)                                                    # (B, n, vocab) in one pass
