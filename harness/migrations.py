@@ -38,11 +38,19 @@ def _v2_runs(row: Row) -> Row:
     return {**row, "suite_text": row.get("suite_text"), "suite_spec": row.get("suite_spec")}
 
 
+def _v3_cases(row: Row) -> Row:
+    return {**row, "rounds": row.get("rounds") or [], "group_key": row.get("group_key") or ""}
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         2, "runs store the suite's text and its resolved spec (a report no longer re-reads the suite file)",
         ddl=("ALTER TABLE runs ADD COLUMN suite_text TEXT", "ALTER TABLE runs ADD COLUMN suite_spec JSON"),
         runs=_v2_runs, new_run_columns=("suite_text", "suite_spec")),
+    Migration(
+        3, "cases store their timing rounds and interleave group (intervals that cover drift; paired ratios)",
+        ddl=("ALTER TABLE cases ADD COLUMN rounds JSON", "ALTER TABLE cases ADD COLUMN group_key VARCHAR(80)"),
+        cases=_v3_cases, new_case_columns=("rounds", "group_key")),
 )
 
 

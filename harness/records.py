@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-SCHEMA_VERSION = 2
-"""1: the store as first released (no version table). 2: runs carry the suite's text and resolved spec."""
+SCHEMA_VERSION = 3
+"""1: the store as first released (no version table). 2: runs carry the suite's text and resolved spec.
+3: cases carry their timing rounds and interleave group."""
 
 Status = Literal["ok", "oom", "timeout", "error", "skipped"]
 STATUSES: tuple[str, ...] = ("ok", "oom", "timeout", "error", "skipped")
@@ -39,6 +40,9 @@ class CaseRecord:
     duration_s: float = 0.0
     run_id: str = ""                        # "" until stored
     finished_at: str = ""
+    rounds: tuple[int, ...] = ()            # samples per timing round, consecutive in samples_s (() before schema 3)
+    group: str = ""                         # cases of one run with the same group were timed interleaved, round i
+                                            # of each side by side (harness.stats.paired_ratio); "" = timed alone
 
     @property
     def ok(self) -> bool:

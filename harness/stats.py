@@ -247,3 +247,83 @@ def compare(
         "a_median_ms": med_a * 1e3,
         "b_median_ms": med_b * 1e3,
     }
+
+
+# -- rounds: intervals that cover drift between runs, not only the noise inside one ---------------------
+MIN_ROUNDS = 5
+"""A timing taken in rounds has at least this many (``TimingConfig.rounds``); fewer give no drift interval."""
+
+
+def round_medians(samples_s: Sequence[float], rounds: Sequence[int]) -> list[float]:
+    """The median of each round: ``rounds`` gives how many consecutive samples of ``samples_s`` each round holds."""
+    if sum(rounds) != len(samples_s):
+        raise ValueError(f"rounds hold {sum(rounds)} samples, the series has {len(samples_s)}")
+    out, i = [], 0
+    for n in rounds:
+        if n > 0:
+            out.append(float(np.median(samples_s[i:i + n])))
+        i += n
+    return out
+
+
+def _t_interval_log(values: Sequence[float], confidence: float) -> tuple[float, float, float]:
+    """Geometric mean of positive ``values`` with a Student-t interval on their logs: (centre, lo, hi)."""
+    logs = np.log(np.asarray(values, dtype=np.float64))
+    m = float(logs.mean())
+    if logs.size < 2:
+        return math.exp(m), math.nan, math.nan
+    half = float(sps.t.ppf(0.5 + confidence / 2.0, logs.size - 1)) * float(logs.std(ddof=1)) / math.sqrt(logs.size)
+    return math.exp(m), math.exp(m - half), math.exp(m + half)
+
+
+def round_summary(samples_s: Sequence[float], rounds: Sequence[int], confidence: float = 0.95) -> dict[str, float]:
+    """The between-round view of one timing (milliseconds): ``n_rounds``, ``round_cv`` (standard deviation of
+    the round medians over their mean: the drift a rerun would see) and ``round_ci_low_ms``/``round_ci_high_ms``
+    (a Student-t interval on the log round medians: where this case's typical time lies across rounds).
+    Empty with fewer than two rounds."""
+    meds = [m for m in round_medians(samples_s, rounds) if m > 0]
+    if len(meds) < 2:
+        return {}
+    arr = np.asarray(meds) * 1e3
+    _, lo, hi = _t_interval_log(arr, confidence)
+    return {"n_rounds": float(len(meds)), "round_cv": float(arr.std(ddof=1) / arr.mean()),
+            "round_ci_low_ms": lo, "round_ci_high_ms": hi}
+
+
+def summarize_rounds(samples_s: Sequence[float], rounds: Sequence[int] = ()) -> dict[str, float]:
+    """:func:`summarize` plus :func:`round_summary`; ``ci_low_ms``/``ci_high_ms`` become the wider of the
+    sample interval and the between-round interval, so the stored interval covers drift, not only noise."""
+    out = summarize(samples_s)
+    if rounds:
+        out.update(round_summary(samples_s, rounds))
+    if "round_ci_low_ms" in out:
+        out["ci_low_ms"] = min(out["ci_low_ms"], out["round_ci_low_ms"])
+        out["ci_high_ms"] = max(out["ci_high_ms"], out["round_ci_high_ms"])
+    return out
+
+
+@dataclass(frozen=True)
+class PairedRatio:
+    """A over B from timings taken in the same rounds: per round the ratio of the round medians, then their
+    geometric mean with a Student-t interval over rounds (so drift shared by both sides cancels, and drift
+    that is not shows up as spread)."""
+
+    ratio: float
+    ci_low: float
+    ci_high: float
+    n_rounds: int
+    per_round: tuple[float, ...]
+
+
+def paired_ratio(a_samples: Sequence[float], a_rounds: Sequence[int], b_samples: Sequence[float],
+                 b_rounds: Sequence[int], confidence: float = 0.95) -> PairedRatio:
+    """median(A)/median(B), round by round (rounds aligned by index: round i of A and of B ran side by side).
+    Needs at least two common rounds; raises ValueError otherwise."""
+    ra, rb = round_medians(a_samples, a_rounds), round_medians(b_samples, b_rounds)
+    if len(a_rounds) != len(b_rounds):
+        raise ValueError(f"A has {len(a_rounds)} rounds, B has {len(b_rounds)}: not measured side by side")
+    per = [x / y for x, y in zip(ra, rb) if x > 0 and y > 0]
+    if len(per) < 2:
+        raise ValueError("a paired ratio needs at least two rounds with positive times on both sides")
+    centre, lo, hi = _t_interval_log(per, confidence)
+    return PairedRatio(centre, lo, hi, len(per), tuple(per))

@@ -60,6 +60,8 @@ cases = sa.Table(
     sa.Column("samples_s", sa.JSON, nullable=False),
     sa.Column("duration_s", sa.Float, nullable=False),
     sa.Column("finished_at", sa.String(40), nullable=False),
+    sa.Column("rounds", sa.JSON),                              # schema 3
+    sa.Column("group_key", sa.String(80)),                     # schema 3
     sa.UniqueConstraint("run_id", "case_key", name="uq_case_per_run"),
 )
 experiments = sa.Table(
@@ -155,7 +157,8 @@ class Store:
                 for table, kind in ((runs, "runs"), (cases, "cases")):
                     fn = getattr(m, kind)
                     key = table.c.id
-                    for r in conn.execute(sa.select(table)).mappings():
+                    present = [table.c[n] for n in columns_at(kind, [c.name for c in table.c], m.to)]
+                    for r in conn.execute(sa.select(*present)).mappings():
                         row = dict(r)
                         new = fn(dict(row))
                         changed = {k: v for k, v in new.items() if k in table.c and row.get(k) != v}
@@ -182,7 +185,9 @@ class Store:
         """Insert one finished case; returns False if this case was already stored for the run."""
         row = asdict(rec)
         row.update(run_id=run_id, finished_at=_now(), samples_s=list(rec.samples_s), config=dict(rec.config),
-                   workload=dict(rec.workload), metrics=dict(rec.metrics))
+                   workload=dict(rec.workload), metrics=dict(rec.metrics), rounds=list(rec.rounds),
+                   group_key=rec.group)
+        del row["group"]
         try:
             with self.engine.begin() as conn:
                 conn.execute(cases.insert().values(**row))
@@ -261,7 +266,8 @@ _CASE_FIELDS = ("case_key", "suite", "line", "arch", "status", "message", "confi
 
 
 def _case(row: dict[str, Any]) -> CaseRecord:
-    return CaseRecord(**{k: row[k] for k in _CASE_FIELDS}, samples_s=tuple(row["samples_s"] or ()))
+    return CaseRecord(**{k: row[k] for k in _CASE_FIELDS}, samples_s=tuple(row["samples_s"] or ()),
+                      rounds=tuple(row.get("rounds") or ()), group=row.get("group_key") or "")
 
 
 def _run(row: dict[str, Any]) -> RunRecord:
