@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 
 from harness.errors import BenchInputError
+from harness.load import ROOT_PID_ENV
 from harness.plugins import load_files as load_plugin_files
 
 # Pipes and CI logs get a wide, fixed width so tables never fold; a terminal uses its own width.
@@ -24,6 +26,7 @@ class BenchGroup(click.Group):
 
     def main(self, args: list[str] | None = None, **kw: Any) -> Any:  # type: ignore[override]
         debug = "--debug" in (args if args is not None else sys.argv[1:])
+        os.environ.setdefault(ROOT_PID_ENV, str(os.getpid()))   # workers measure load from outside this tree
         try:
             return super().main(args=args, standalone_mode=False, **kw)
         except click.exceptions.Exit as exc:

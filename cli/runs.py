@@ -52,6 +52,9 @@ def list_cmd(what: str, pattern: str, plugins: tuple[str, ...]) -> None:
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=None, help="Per-case timeout in seconds.")
 @click.option("--executor", type=click.Choice(sorted(EXECUTORS)), default="process", show_default=True,
               help="Where cases run: an isolated worker process, or inline (no isolation, no timeout).")
+@click.option("--interleave", is_flag=True,
+              help="Time the lines at each sweep point side by side in rounds (one line: the whole sweep), so their "
+                   "ratios cancel the machine's drift.")
 @click.option("--no-calibrate", is_flag=True,
               help="Skip measuring this machine's peak (matmul FLOP/s, copy GB/s) before the cases.")
 @click.option("--report", "report_path", default=None, metavar="FILE.html",
@@ -61,8 +64,8 @@ def list_cmd(what: str, pattern: str, plugins: tuple[str, ...]) -> None:
 @plugin_option
 @debug_option
 def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | None, resume: bool,
-            dry_run: bool, sets: tuple[str, ...], timeout: float | None, executor: str, no_calibrate: bool,
-            report_path: str | None, no_report: bool, plugins: tuple[str, ...], debug: bool) -> None:
+            dry_run: bool, sets: tuple[str, ...], timeout: float | None, executor: str, interleave: bool,
+            no_calibrate: bool, report_path: str | None, no_report: bool, plugins: tuple[str, ...], debug: bool) -> None:
     """Run SUITE (a path or a built-in suite name), storing every case as it finishes; then print what the
     run shows (fitted exponents and ratios) and write its HTML report. `bench show RUN` has every case."""
     plugin_files = load_plugins(plugins)
@@ -81,7 +84,7 @@ def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | No
     store = Store(store_url)
     opened = session.open_run(store, suite, cases, resume=resume, quick=quick, timeout=timeout,
                               calibrate=not no_calibrate)
-    opts = session.run_options(quick, timeout, debug=debug, plugins=plugin_files)
+    opts = session.run_options(quick, timeout, debug=debug, plugins=plugin_files, interleave=interleave)
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.fields[last]}"))
     try:

@@ -10,6 +10,7 @@ import gc
 import time
 import traceback
 from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -20,12 +21,13 @@ from harness import memory, registry
 from harness.env import usable_cores
 from harness.errors import BenchInputError
 from harness.fake import fake_case
+from harness.load import Load, LoadMonitor
 from harness.plugins import load_files as load_plugin_files
 from harness.records import CaseRecord
 from harness.spec import ArchSpec, Case, Workload
-from harness.stats import summarize
+from harness.stats import summarize_rounds
 from harness.steps import cast_inputs, make_step
-from harness.timing import TimingConfig, measure
+from harness.timing import TimingConfig, TimingResult, measure, measure_interleaved
 
 MiB = 1024 * 1024
 
@@ -39,6 +41,7 @@ class RunOptions:
     memory_budget_bytes: int | None = None   # None: harness.memory.memory_budget(device)
     debug: bool = False
     plugins: tuple[str, ...] = ()   # plug-in files (``--plugin``), imported once per process before a case
+    interleave: bool = False        # time the cases of a sweep point side by side (harness.runner.run_group)
 
 
 def resolved_threads(w: Workload) -> int:
@@ -86,38 +89,35 @@ def fake_pass(spec: ArchSpec, w: Workload, device: torch.device, want_flops: boo
     return out
 
 
-def measure_case(case: Case, spec: ArchSpec, opts: RunOptions, metrics: dict[str, float]) -> list[float]:
-    """The real passes: timing, then memory in a separate pass. Fills ``metrics``; returns raw samples."""
-    w = case.workload
-    device = torch.device(w.device)
-    torch.manual_seed(0)
-    model = spec.build(spec.config).to(device=device, dtype=w.torch_dtype)
-    inputs = cast_inputs(spec.make_inputs(spec.config, w, device), w.torch_dtype)
-    step = make_step(model, inputs, w.mode)
-    samples: list[float] = []
-    if "latency" in case.metrics:
-        timed = measure(step, opts.timing, device)
-        samples = list(timed.samples_s)
-        metrics.update(summarize(samples))
-        metrics.update(cold_ms=timed.cold_s * 1e3, block_size=float(timed.block_size),
-                       throughput_per_s=w.batch_size / (metrics["median_ms"] / 1e3))
-    if "memory" in case.metrics:
-        static = static_bytes(model, inputs)
-        if device.type == "cuda":
-            metrics.update({k: float(v) for k, v in memory.measure_peak_cuda(step, device).items()})
-            metrics["peak_bytes"] = metrics["cuda_max_allocated_bytes"]
-        else:
-            peak = memory.measure_peak_cpu(step)
-            metrics["activation_peak_bytes"] = float(peak["tensor_peak_bytes"])
-            metrics["peak_bytes"] = float(static + peak["tensor_peak_bytes"])
-            if peak.get("rss_hwm_bytes") is not None:
-                metrics["rss_hwm_bytes"] = float(peak["rss_hwm_bytes"])
-                metrics["rss_delta_bytes"] = float(peak["rss_hwm_bytes"] - peak["rss_before_bytes"])
-    return samples
+@dataclass
+class Prepared:
+    """A case past its fake pass and built on its device, ready to be timed and measured."""
+
+    case: Case
+    spec: ArchSpec
+    metrics: dict[str, float]
+    config: dict[str, Any]
+    note: str
+    t0: float
+    model: nn.Module
+    inputs: tuple
+    step: Callable[[], object]
 
 
-def run_case(case: Case, opts: RunOptions) -> CaseRecord:
-    """Measure one case in this process and return its Record (never raises for a case's own failure)."""
+def _failed(case: Case, exc: BaseException, opts: RunOptions, **kw: Any) -> CaseRecord:
+    """A case's failure as its record: ``oom`` for out-of-memory, ``error`` otherwise (one-line message)."""
+    if isinstance(exc, BenchInputError):
+        return case.record("error", str(exc), **kw)
+    status = "oom" if is_oom(exc) else "error"
+    message = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    if opts.debug:
+        message += "\n" + "".join(traceback.format_exception(exc))
+    return case.record(status, message, **kw)
+
+
+def prepare(case: Case, opts: RunOptions) -> CaseRecord | Prepared:
+    """Resolve, fake pass (params, MACs, memory estimate), budget guard, build. A case that ends here (skipped,
+    failed, or needing neither latency nor memory) comes back as its record."""
     t0 = time.perf_counter()
     w = case.workload
     threads = resolved_threads(w)
@@ -125,9 +125,8 @@ def run_case(case: Case, opts: RunOptions) -> CaseRecord:
     metrics: dict[str, float] = {"threads": float(threads)}
     config: dict[str, Any] = {}
 
-    def done(status: str, message: str = "", samples: list[float] | None = None) -> CaseRecord:
-        return case.record(status, message, config=config, metrics=metrics, samples_s=samples or (),
-                           duration_s=time.perf_counter() - t0)
+    def done(status: str, message: str = "") -> CaseRecord:
+        return case.record(status, message, config=config, metrics=metrics, duration_s=time.perf_counter() - t0)
 
     try:
         load_plugin_files(opts.plugins)    # a spawned worker has only the built-ins until it imports these
@@ -146,17 +145,126 @@ def run_case(case: Case, opts: RunOptions) -> CaseRecord:
                                    f"memory budget {budget / MiB:,.0f} MiB")
         if not {"latency", "memory"} & set(case.metrics):
             return done("ok", note)
-        samples = measure_case(case, spec, opts, metrics)
-        return done("ok", note, samples=samples)
-    except BenchInputError as exc:
-        return done("error", str(exc))
+        torch.manual_seed(0)
+        model = spec.build(spec.config).to(device=device, dtype=w.torch_dtype)
+        inputs = cast_inputs(spec.make_inputs(spec.config, w, device), w.torch_dtype)
+        step = make_step(model, inputs, w.mode)
+        return Prepared(case, spec, metrics, config, note, t0, model, inputs, step)
     except Exception as exc:  # noqa: BLE001 — a case's failure is a result, the sweep goes on
-        status = "oom" if is_oom(exc) else "error"
-        message = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-        if opts.debug:
-            message += "\n" + traceback.format_exc()
-        return done(status, message)
+        return _failed(case, exc, opts, config=config, metrics=metrics, duration_s=time.perf_counter() - t0)
+
+
+def add_timing(p: Prepared, timed: TimingResult, load: Load | None) -> None:
+    """The timing's summary (its interval covers the spread between rounds) and the machine's load."""
+    w = p.case.workload
+    p.metrics.update(summarize_rounds(timed.samples_s, timed.rounds))
+    p.metrics.update(cold_ms=timed.cold_s * 1e3, block_size=float(timed.block_size),
+                     throughput_per_s=w.batch_size / (p.metrics["median_ms"] / 1e3))
+    if load is not None:
+        p.metrics.update(load.metrics())
+
+
+def measure_memory(p: Prepared) -> None:
+    """The memory pass (separate from timing): allocator peaks on CUDA, the tensor peak and RSS on the CPU."""
+    device = torch.device(p.case.workload.device)
+    if device.type == "cuda":
+        p.metrics.update({k: float(v) for k, v in memory.measure_peak_cuda(p.step, device).items()})
+        p.metrics["peak_bytes"] = p.metrics["cuda_max_allocated_bytes"]
+    else:
+        static = static_bytes(p.model, p.inputs)
+        peak = memory.measure_peak_cpu(p.step)
+        p.metrics["activation_peak_bytes"] = float(peak["tensor_peak_bytes"])
+        p.metrics["peak_bytes"] = float(static + peak["tensor_peak_bytes"])
+        if peak.get("rss_hwm_bytes") is not None:
+            p.metrics["rss_hwm_bytes"] = float(peak["rss_hwm_bytes"])
+            p.metrics["rss_delta_bytes"] = float(peak["rss_hwm_bytes"] - peak["rss_before_bytes"])
+
+
+def _record(p: Prepared, samples: tuple[float, ...] = (), rounds: tuple[int, ...] = (), group: str = ""
+            ) -> CaseRecord:
+    return p.case.record("ok", p.note, config=p.config, metrics=p.metrics, samples_s=samples, rounds=rounds,
+                         group=group, duration_s=time.perf_counter() - p.t0)
+
+
+def run_case(case: Case, opts: RunOptions) -> CaseRecord:
+    """Measure one case in this process and return its Record (never raises for a case's own failure)."""
+    p = prepare(case, opts)
+    try:
+        if isinstance(p, CaseRecord):
+            return p
+        timed = None
+        if "latency" in case.metrics:
+            monitor = LoadMonitor()
+            monitor.start()
+            timed = measure(p.step, opts.timing, p.case.workload.device)
+            add_timing(p, timed, monitor.stop())
+        if "memory" in case.metrics:
+            measure_memory(p)
+        return _record(p, timed.samples_s if timed else (), timed.rounds if timed else ())
+    except Exception as exc:  # noqa: BLE001 — a case's failure is a result, the sweep goes on
+        return _failed(case, exc, opts, config=p.config, metrics=p.metrics, duration_s=time.perf_counter() - p.t0)
     finally:
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        del p
+        _release()
+
+
+def _release() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def run_group(cases: Sequence[Case], opts: RunOptions) -> list[CaseRecord]:
+    """Measure ``cases`` side by side in this process: each is prepared (and its memory measured) in turn and
+    kept built; their timings then alternate in rounds (:func:`harness.timing.measure_interleaved`), so a
+    ratio of two of them (:func:`harness.stats.paired_ratio`) cancels the machine's drift. Cases whose models
+    would not fit beside those already built are measured in a next sub-group. Records come back in order."""
+    out: dict[str, CaseRecord] = {}
+    built: list[Prepared] = []
+    held = 0
+    budget_of: dict[str, float] = {}
+
+    def flush() -> None:
+        nonlocal held
+        timed_cases = [p for p in built if "latency" in p.case.metrics]
+        group = f"{timed_cases[0].case.key}+{len(timed_cases)}" if len(timed_cases) > 1 else ""
+        monitor = LoadMonitor()
+        monitor.start()
+        results = measure_interleaved([p.step for p in timed_cases], opts.timing,
+                                      timed_cases[0].case.workload.device, seed=len(out)) if timed_cases else []
+        load = monitor.stop()
+        for p, res in zip(timed_cases, results):
+            if isinstance(res, BaseException):
+                out[p.case.key] = _failed(p.case, res, opts, config=p.config, metrics=p.metrics,
+                                          duration_s=time.perf_counter() - p.t0)
+            else:
+                add_timing(p, res, load)
+                out[p.case.key] = _record(p, res.samples_s, res.rounds, group)
+        for p in built:
+            out.setdefault(p.case.key, _record(p))
+        built.clear()
+        held = 0
+        _release()
+
+    for case in cases:
+        p = prepare(case, opts)
+        if isinstance(p, CaseRecord):
+            out[case.key] = p
+            continue
+        static = static_bytes(p.model, p.inputs)
+        budget = budget_of.setdefault(case.workload.device, opts.memory_budget_bytes
+                                      or memory.memory_budget(torch.device(case.workload.device)))
+        if built and held + p.metrics["est_peak_bytes"] > budget:
+            flush()                       # measure those already built, then start a new sub-group with this one
+        try:
+            if "memory" in case.metrics:
+                measure_memory(p)
+        except Exception as exc:  # noqa: BLE001
+            out[case.key] = _failed(case, exc, opts, config=p.config, metrics=p.metrics,
+                                    duration_s=time.perf_counter() - p.t0)
+            continue
+        built.append(p)
+        held += static
+    if built:
+        flush()
+    return [out[c.key] for c in cases]

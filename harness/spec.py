@@ -89,6 +89,7 @@ class Case:
     overrides: tuple[tuple[str, Any], ...]
     workload: Workload
     metrics: tuple[str, ...]
+    point: int = 0              # index of the suite's sweep point (cases of several lines at one point share it)
 
     @property
     def key(self) -> str:

@@ -158,10 +158,10 @@ def _build(data: dict, path: Path, quick: bool, sets: dict[str, Any]) -> Suite:
     axes = list(sweep)
     over_labels = set(_table(data, "lines"))
     for label, over in lines.items():
-        for point in itertools.product(*(sweep[k] for k in axes)):
+        for i, point in enumerate(itertools.product(*(sweep[k] for k in axes))):
             params = {**fixed, **over, **dict(zip(axes, point))}
             try:
-                cases.append(_case(name, label, params, tuple(metrics)))
+                cases.append(dataclasses.replace(_case(name, label, params, tuple(metrics)), point=i))
             except BenchInputError as exc:
                 raise BenchInputError(str(exc), where=_origin(exc.where, label, over, sets, fixed, sweep,
                                                               _table(q, "fixed") if quick else {},

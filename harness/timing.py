@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,10 +33,11 @@ class TimingConfig:
     max_time_s: float = 10.0  # cap per case, cold call and warm-up included (>= 3 samples anyway)
     target_rel_iqr: float = 0.05  # adaptive stop once IQR/median below this
     min_sample_s: float = 1e-3  # faster calls are timed in blocks of k calls, sample = block / k
+    rounds: int = 5             # samples are taken (and summarized) in this many rounds: see ``measure_interleaved``
 
     def __post_init__(self) -> None:
-        if self.warmup_calls < 0 or self.min_samples < 1:
-            raise ValueError("warmup_calls must be >= 0 and min_samples >= 1")
+        if self.warmup_calls < 0 or self.min_samples < 1 or self.rounds < 1:
+            raise ValueError("warmup_calls must be >= 0, min_samples and rounds >= 1")
         if min(self.warmup_s, self.min_time_s, self.min_sample_s) < 0 or self.max_time_s <= 0:
             raise ValueError("times must be non-negative and max_time_s positive")
 
@@ -55,6 +57,14 @@ class TimingResult:
     warmup_calls: int
     total_s: float  # wall time spent in measure()
     clock: str  # "perf_counter" or "cuda_event"
+    rounds: tuple[int, ...] = ()  # samples per round, consecutive in samples_s (sum = len(samples_s))
+
+
+def consecutive_rounds(n: int, rounds: int) -> tuple[int, ...]:
+    """Split ``n`` samples taken one after another into ``rounds`` consecutive rounds of near-equal size
+    (fewer rounds when there are fewer samples)."""
+    r = max(1, min(rounds, n))
+    return tuple(n // r + (i < n % r) for i in range(r)) if n else ()
 
 
 def _rel_iqr(samples: list[float]) -> float:
@@ -154,6 +164,7 @@ def measure_cpu(fn: Callable[[], object], config: TimingConfig) -> TimingResult:
         warmup_calls=n_warm,
         total_s=clock() - t_start,
         clock="perf_counter",
+        rounds=consecutive_rounds(len(samples), config.rounds),
     )
 
 
@@ -226,6 +237,7 @@ def measure_cuda(
         warmup_calls=n_warm,
         total_s=clock() - t_start,
         clock="cuda_event",
+        rounds=consecutive_rounds(len(samples), config.rounds),
     )
 
 
@@ -239,3 +251,113 @@ def measure(
     if dev.type == "cuda":
         return measure_cuda(fn, config, dev)
     raise ValueError(f"unsupported device type for timing: {dev.type!r}")
+
+
+class _Sampler:
+    """One callable prepared for interleaved timing: cold call, warm-up and block size done; ``sample()`` times
+    one block of k calls (perf_counter on the CPU; CUDA events and a synchronize per block on a GPU)."""
+
+    def __init__(self, fn: Callable[[], object], config: TimingConfig, device: torch.device) -> None:
+        self.fn, self.device, self.samples, self.rounds = fn, device, [], []
+        self.cuda = device.type == "cuda"
+        t0 = time.perf_counter()
+        self._sync()
+        c0 = time.perf_counter()
+        fn()
+        self._sync()
+        self.cold_s = time.perf_counter() - c0
+        self.n_warm, w_start = 0, time.perf_counter()
+        while True:
+            fn()
+            self.n_warm += 1
+            self._sync()
+            elapsed = time.perf_counter() - w_start
+            if self.n_warm >= config.warmup_calls and elapsed >= config.warmup_s:
+                break
+        self.k = _block_size(elapsed / self.n_warm, config)
+        for _ in range(_CALIBRATION_STEPS if self.k > 1 else 0):
+            block_s = self.sample(keep=False)
+            self.n_warm += self.k
+            if block_s * self.k >= config.min_sample_s:
+                break
+            self.k = _block_size(block_s, config)
+        self.spent_s = time.perf_counter() - t0
+
+    def _sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
+    def sample(self, keep: bool = True) -> float:
+        """Seconds per call over one block of k calls."""
+        fn, k = self.fn, self.k
+        if self.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in itertools.repeat(None, k):
+                fn()
+            end.record()
+            torch.cuda.synchronize(self.device)
+            per_call = start.elapsed_time(end) * 1e-3 / k
+        else:
+            t0 = time.perf_counter()
+            for _ in itertools.repeat(None, k):
+                fn()
+            per_call = (time.perf_counter() - t0) / k
+        if keep:
+            self.samples.append(per_call)
+        return per_call
+
+    def result(self, total_s: float) -> TimingResult:
+        return TimingResult(cold_s=self.cold_s, samples_s=tuple(self.samples), block_size=self.k,
+                            warmup_calls=self.n_warm, total_s=total_s,
+                            clock="cuda_event" if self.cuda else "perf_counter", rounds=tuple(self.rounds))
+
+
+def measure_interleaved(fns: Sequence[Callable[[], object]], config: TimingConfig,
+                        device: torch.device | str = "cpu", seed: int = 0) -> list[TimingResult | BaseException]:
+    """Time several callables side by side: A and B (and C...) alternate in rounds, so drift of the machine
+    (another job starting, clock or thermal changes) hits every side alike and a ratio of round medians
+    cancels it.
+
+    1. Each callable is prepared in turn: cold call, warm-up and block size as in ``measure_cpu``.
+    2. ``config.rounds`` rounds; in each, the callables run in a fresh random order (``random.Random(seed)``),
+       each taking blocked samples until it has at least ceil(min_samples / rounds) samples AND
+       min_time_s / rounds of sampling (or max_time_s / rounds has passed, with at least one sample).
+    3. Each result's ``rounds`` says how many of its samples each round holds; round i of every callable ran
+       within the same round. ``harness.stats.paired_ratio`` turns two of them into a ratio whose interval is
+       the spread of the per-round ratios (drift included); ``round_summary`` gives one side's drift.
+    A callable that raises is reported by its exception in place of a result and leaves the later rounds;
+    the others go on.
+    """
+    dev = torch.device(device)
+    t_start = time.perf_counter()
+    r = config.rounds
+    per_min_n = max(1, math.ceil(config.min_samples / r))
+    per_min_s, per_max_s = config.min_time_s / r, config.max_time_s / r
+    out: list[_Sampler | BaseException] = []
+    for fn in fns:
+        try:
+            out.append(_Sampler(fn, config, dev))
+        except Exception as exc:  # noqa: BLE001 — one side's failure is its result
+            out.append(exc)
+    rng = random.Random(seed)
+    for _ in range(r):
+        order = list(range(len(out)))
+        rng.shuffle(order)
+        for i in order:
+            s = out[i]
+            if isinstance(s, BaseException):
+                continue
+            n0, t0 = len(s.samples), time.perf_counter()
+            try:
+                while True:
+                    s.sample()
+                    elapsed = time.perf_counter() - t0
+                    if (len(s.samples) - n0 >= per_min_n and elapsed >= per_min_s) or elapsed >= per_max_s:
+                        break
+            except Exception as exc:  # noqa: BLE001
+                out[i] = exc
+                continue
+            s.rounds.append(len(s.samples) - n0)
+    total = time.perf_counter() - t_start
+    return [s if isinstance(s, BaseException) else s.result(total) for s in out]

@@ -3,13 +3,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from harness.runner import RunOptions, run_case
+from harness.executors.base import interleave_groups
 from harness.records import CaseRecord
+from harness.runner import RunOptions, run_case, run_group
 from harness.spec import Case
 
 
 class InlineExecutor:
     def run(self, cases: Sequence[Case], opts: RunOptions) -> Iterator[CaseRecord]:
+        if opts.interleave:
+            for group in interleave_groups(cases):
+                yield from run_group(group, opts)
+            return
         for case in cases:
             yield run_case(case, opts)
 

@@ -13,7 +13,8 @@ from collections.abc import Iterator, Sequence
 from multiprocessing.connection import Connection
 
 from harness import registry
-from harness.runner import RunOptions, run_case
+from harness.executors.base import interleave_groups
+from harness.runner import RunOptions, run_case, run_group
 from harness.records import CaseRecord
 from harness.spec import Case
 
@@ -41,8 +42,8 @@ def _worker(conn: Connection) -> None:
             return
         if job is None:
             return
-        case, opts = job
-        conn.send(run_case(case, opts))
+        what, opts = job
+        conn.send(run_group(what, opts) if isinstance(what, list) else run_case(what, opts))
 
 
 class ProcessExecutor:
@@ -78,14 +79,46 @@ class ProcessExecutor:
         self.proc = self.conn = None
 
     def run(self, cases: Sequence[Case], opts: RunOptions) -> Iterator[CaseRecord]:
-        for case in cases:
-            if self.proc is None or not self.proc.is_alive():
+        if not opts.interleave:
+            yield from self._each(cases, opts)
+            return
+        for group in interleave_groups(cases):
+            if len(group) == 1:
+                yield from self._each(group, opts)
+                continue
+            self._ensure()
+            records = self._group(group, opts)
+            if records is None:       # the worker died or hung: each case alone, so the one at fault is found
                 self._stop()
-                self._start()
+                yield from self._each(group, opts)
+                continue
+            if any(r.status != "ok" for r in records):
+                self._stop()
+            yield from records
+
+    def _ensure(self) -> None:
+        if self.proc is None or not self.proc.is_alive():
+            self._stop()
+            self._start()
+
+    def _each(self, cases: Sequence[Case], opts: RunOptions) -> Iterator[CaseRecord]:
+        for case in cases:
+            self._ensure()
             rec = self._one(case, opts)
             if rec.status != "ok":
                 self._stop()          # a fresh worker after any failure: no leaked state
             yield rec
+
+    def _group(self, group: list[Case], opts: RunOptions) -> list[CaseRecord] | None:
+        """The group's records from one worker, or None when it died or ran past the group's timeout."""
+        assert self.conn is not None
+        self.conn.send((list(group), opts))
+        if not self.conn.poll(opts.timeout_s * len(group)):
+            return None
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError):
+            return None
 
     def _one(self, case: Case, opts: RunOptions) -> CaseRecord:
         assert self.conn is not None and self.proc is not None
