@@ -49,6 +49,7 @@ class Context:
     calibrate: bool = True
     on_record: Callable[[CaseRecord], None] | None = None
     device: str = "cpu"                    # where this context measures (rules for another device are unmeasured)
+    force: bool = False                    # decide timing rules even when the machine was busy
     _suites: dict[tuple, tuple[RunRecord, list[CaseRecord]]] = field(default_factory=dict)
     _experiments: dict[str, dict[str, Any]] = field(default_factory=dict)
     _experiment_provenance: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -83,8 +84,10 @@ class Context:
             cases = list(suite.cases)
             log.info("claims: measuring suite %s%s (%d cases)", name, f" with {sets}" if sets else "", len(cases))
             opened = open_run(self.store, suite, cases, resume=False, quick=self.quick, timeout=None,
-                              calibrate=self.calibrate, extra_options={"sets": sets, "by": "bench claims"})
-            execute(self.store, opened.run_id, opened.todo, run_options(self.quick), self.executor, self.on_record)
+                              calibrate=self.calibrate,
+                              extra_options={"sets": sets, "by": "bench claims", "interleave": True})
+            execute(self.store, opened.run_id, opened.todo, run_options(self.quick, interleave=True), self.executor,
+                    self.on_record)
             run = self.store.get_run(opened.run_id)
         else:
             log.info("claims: reusing run %s of %s", run.id, name)
@@ -103,10 +106,11 @@ class Context:
 
     def _stored_run(self, suite: str, sets: dict[str, Any], keys: set[str]) -> RunRecord | None:
         """A finished run of ``suite`` at this size with exactly these cases (a suite file that
-        changed since is measured again) on this hard environment."""
+        changed since is measured again), timed side by side, on this hard environment."""
         hard = self.hard_env()
         for run in self.store.list_runs(suite):
             if (run.status == "done" and run.quick == self.quick and run.options.get("sets") == sets
+                    and run.options.get("interleave")
                     and run.stored == run.n_cases and run.hard_env == hard
                     and self.store.stored_keys(run.id) == keys):
                 return run

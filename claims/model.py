@@ -23,6 +23,7 @@ class Figure:
     unit: str = ""
     note: str = ""
     n: int | None = None                   # samples behind the interval (seeds, points of a fit)
+    busy: str = ""                         # why a timing was measured on a busy machine ("" when it was not)
 
     @property
     def has_interval(self) -> bool:
@@ -44,7 +45,7 @@ class Figure:
 
     def as_dict(self) -> dict[str, Any]:
         return {"value": self.value, "lo": self.lo, "hi": self.hi, "unit": self.unit, "note": self.note,
-                "n": self.n, "text": self.text()}
+                "n": self.n, "text": self.text(), "busy": self.busy}
 
 
 def mean_ci(values: Sequence[float], unit: str = "", note: str = "", confidence: float = 0.95) -> Figure:

@@ -13,10 +13,14 @@ def _fmt(x: float | None) -> str:
     return "?" if x is None else f"{x:,.4g}"
 
 
-def check(rule: Rule, fig: Figure) -> Outcome:
-    """Apply one rule to one figure."""
+def check(rule: Rule, fig: Figure, force: bool = False) -> Outcome:
+    """Apply one rule to one figure. A timing measured while other processes loaded the machine
+    (``fig.busy``) decides nothing: the rule is undecided ("machine busy") unless ``force``."""
     if fig.value is None or (isinstance(fig.value, float) and math.isnan(fig.value)):
         return Outcome(rule, "unavailable", f"{rule.figure}: no value ({fig.note or 'not measured'})", fig)
+    if fig.busy and not force:
+        return Outcome(rule, "unsure", f"{rule.figure} {fig.text()}: {fig.busy} — not decided (--force decides it)",
+                       fig)
     if rule.test == "is_true":
         ok = bool(fig.value)
         return Outcome(rule, "pass" if ok else "fail", f"{rule.figure} is {'true' if ok else 'false'}", fig)
@@ -42,9 +46,10 @@ def check(rule: Rule, fig: Figure) -> Outcome:
     return Outcome(rule, status, f"{rule.figure} {fig.text()} {word}{target}", fig)
 
 
-def evaluate(rules: tuple[Rule, ...], evidence: Evidence, device: str = "cpu") -> list[Outcome]:
+def evaluate(rules: tuple[Rule, ...], evidence: Evidence, device: str = "cpu", force: bool = False
+             ) -> list[Outcome]:
     """Each rule's outcome on ``evidence``; a rule for another device (``device = "cuda"`` on a CPU run) is
-    unavailable, whatever the probe produced."""
+    unavailable, whatever the probe produced; a timing measured on a busy machine is undecided unless ``force``."""
     out = []
     for rule in rules:
         fig = evidence.figures.get(rule.figure)
@@ -55,7 +60,7 @@ def evaluate(rules: tuple[Rule, ...], evidence: Evidence, device: str = "cpu") -
             reason = evidence.unavailable.get(rule.figure, "not measured")
             out.append(Outcome(rule, "unavailable", f"{rule.figure}: {reason}"))
         else:
-            out.append(check(rule, fig))
+            out.append(check(rule, fig, force))
     return out
 
 
@@ -76,7 +81,7 @@ def combine(outcomes: list[Outcome]) -> tuple[str, str]:
     by = {s: [o for o in outcomes if o.status == s] for s in ("pass", "fail", "unsure", "unavailable")}
     parts = [f"central: {head.rule.says} — {head.detail}"]
     for status, label in (("pass", "holds"), ("fail", "does not hold"),
-                          ("unsure", "undecided (interval straddles the bound)")):
+                          ("unsure", "undecided (interval straddles the bound, or machine busy)")):
         says = [o.rule.says for o in by[status] if o is not head]
         if says:
             parts.append(f"{label}: " + "; ".join(says))

@@ -16,8 +16,8 @@ class ProbeContractError(RuntimeError):
 
 
 def decide(claim: Claim, evidence: Evidence, device: str = "cpu",
-           provenance: list[dict[str, Any]] | None = None) -> Verdict:
-    outcomes = evaluate(claim.rules, evidence, device)
+           provenance: list[dict[str, Any]] | None = None, force: bool = False) -> Verdict:
+    outcomes = evaluate(claim.rules, evidence, device, force)
     verdict, reason = combine(outcomes)
     return Verdict(claim, verdict, reason, outcomes, evidence, device=device, provenance=list(provenance or []))
 
@@ -54,7 +54,7 @@ def run_claims(claims: list[Claim], ctx: Context, on_verdict: Callable[[Verdict]
             sources = {p["source"]: p for p in ctx.provenance[start:]}        # each source once, in order
             cache[claim.probe] = (ev, [here, *sources.values()])
         ev, provenance = cache[claim.probe]
-        v = decide(claim, ev, ctx.device, provenance)
+        v = decide(claim, ev, ctx.device, provenance, ctx.force)
         verdicts.append(v)
         if on_verdict:
             on_verdict(v)

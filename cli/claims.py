@@ -34,10 +34,12 @@ DEFAULT_OUTPUT = "results/claims.html"
 @click.option("--fresh", is_flag=True, help="Measure everything again instead of reusing stored results.")
 @click.option("--seeds", default="0,1,2", show_default=True, metavar="0,1,2", help="Seeds of the training experiments.")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all usable cores).")
+@click.option("--force", is_flag=True,
+              help="Decide timing rules even when other processes kept the machine busy while they were measured.")
 @click.option("--list", "list_only", is_flag=True, help="List the claims and what each needs; measure nothing.")
 @debug_option
 def claims(quick: bool, only: str | None, output: str, markdown: str | None, store_url: str | None, fresh: bool,
-           seeds: str, threads: int | None, list_only: bool, debug: bool) -> None:
+           seeds: str, threads: int | None, force: bool, list_only: bool, debug: bool) -> None:
     """Test the documents' claims (C01–C39): a verdict for each, with the figures that decided it, the device
     that measured them and their provenance. Exits 1 (after the table and the report) when a probe failed."""
     chosen = select_claims(load_catalog(), only)
@@ -56,7 +58,7 @@ def claims(quick: bool, only: str | None, output: str, markdown: str | None, sto
         raise BenchInputError(f"{output} is a directory", where="--output")
     show_logs()
     threads = threads or usable_cores()
-    ctx = Context(Store(store_url), quick=quick, fresh=fresh, seeds=seed_list, threads=threads)
+    ctx = Context(Store(store_url), quick=quick, fresh=fresh, seeds=seed_list, threads=threads, force=force)
     t0 = time.perf_counter()
 
     def progress(v: Verdict) -> None:
@@ -64,7 +66,7 @@ def claims(quick: bool, only: str | None, output: str, markdown: str | None, sto
                   f"{v.reason}", highlight=False)
 
     verdicts = run_claims(chosen, ctx, progress)
-    context = {"quick": quick, "seeds": list(seed_list), "threads": threads, "used": ctx.used,
+    context = {"quick": quick, "seeds": list(seed_list), "threads": threads, "used": ctx.used, "force": force,
                "wall_s": time.perf_counter() - t0}
     doc = json.loads(json.dumps(claims_document(verdicts, fingerprint(threads=threads), context), default=str))
     out.print(verdict_table(doc))

@@ -212,12 +212,17 @@ def test_stored_suite_run_is_reused_only_with_the_same_cases(tmp_path):
     ctx = Context(store=store, quick=True, threads=1)
     suite = load_suite("heads", quick=True, sets={"threads": 1})
     cases = list(suite.cases)
-    run_id = store.create_run(suite.name, "suites/heads.toml", True, len(cases), fingerprint(threads=1),
-                              {"sets": {"threads": 1}})
-    for c in cases:
-        store.add_record(run_id, c.record("ok"))
-    store.finish_run(run_id)
+    def stored(interleave: bool) -> str:
+        run_id = store.create_run(suite.name, "suites/heads.toml", True, len(cases), fingerprint(threads=1),
+                                  {"sets": {"threads": 1}, "interleave": interleave})
+        for c in cases:
+            store.add_record(run_id, c.record("ok"))
+        store.finish_run(run_id)
+        return run_id
     keys = {c.key for c in cases}
+    stored(interleave=False)
+    assert ctx._stored_run("heads", {"threads": 1}, keys) is None                      # not timed side by side
+    run_id = stored(interleave=True)
     assert ctx._stored_run("heads", {"threads": 1}, keys).id == run_id
     assert ctx._stored_run("heads", {"threads": 1}, keys - {cases[0].key}) is None     # a case removed
     assert ctx._stored_run("heads", {"threads": 1}, keys | {"new-case"}) is None        # a case added

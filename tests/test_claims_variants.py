@@ -16,6 +16,7 @@ from claims.model import Figure
 from claims.probes import load_all
 from claims.probes import long_sequence as ls
 from claims.probes import variants
+from harness.timing import TimingResult
 from harness.records import CaseRecord
 from harness.registry import resolve
 from harness.suite import load_suite
@@ -94,10 +95,16 @@ def test_kv_cache_suite_matched_lines_have_mha_parameters():
 
 
 # -- C19: generation is timed for real -------------------------------------------------------------
+def _timed(samples: list[float]) -> TimingResult:
+    return TimingResult(0.0, tuple(samples), 1, 1, 0.0, "perf_counter", rounds=(1,) * len(samples))
+
+
 def test_sequential_figures_move_with_the_times():
     jitter = [1 + 0.01 * (i - 3) for i in range(7)]
-    seq = {n: ([n * 1e-3 * j for j in jitter], [1e-3 * j for j in jitter]) for n in (4, 16, 64)}  # n steps, flat pass
-    par = {n: ([1.1e-3 * j for j in jitter], [1e-3 * j for j in jitter]) for n in (4, 16, 64)}   # as if parallel
+    seq = {n: (_timed([n * 1e-3 * j for j in jitter]), _timed([1e-3 * j for j in jitter]))
+           for n in (4, 16, 64)}                                                      # n steps, flat pass
+    par = {n: (_timed([1.1e-3 * j for j in jitter]), _timed([1e-3 * j for j in jitter]))
+           for n in (4, 16, 64)}                                                      # as if parallel
     s, p = variants.sequential_figures(seq), variants.sequential_figures(par)
     assert s["decode_over_prefill"].value == pytest.approx(64) and p["decode_over_prefill"].value == pytest.approx(1.1)
     assert s["decode_over_prefill_exp"].value == pytest.approx(1.0) and abs(p["decode_over_prefill_exp"].value) < 1e-9
@@ -121,8 +128,8 @@ def test_generation_times_decode_is_sequential():
     calls = []
     model.register_forward_pre_hook(lambda m, args: calls.append(args[0].shape[1]))
     dec, pre = variants.generation_times(model, 6, repeats=2)
-    assert len(dec) == len(pre) == 2 and all(t > 0 for t in dec + pre)
-    assert calls == ([1] * 6 + [6]) * 3                                        # warm-up + 2 repeats
+    assert dec.rounds == pre.rounds == (1, 1) and all(t > 0 for t in dec.samples_s + pre.samples_s)
+    assert calls.count(6) == 4 and calls.count(1) == 4 * 6               # cold + warm-up + 2 rounds, each side
 
 
 # -- C09: against exact SDPA, and the approximation errors ----------------------------------------

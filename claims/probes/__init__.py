@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -14,7 +15,11 @@ from claims.model import Chart, Evidence, Figure, mean_ci
 from harness.records import CaseRecord
 from harness.registry import resolve
 from harness.spec import Workload
-from harness.stats import compare, fit_scaling, top_slope
+from harness.load import BUSY_CORES
+from harness.stats import compare, fit_scaling, paired_ratio, top_slope
+from harness.timing import TimingResult
+
+TIMING_METRICS = ("median_ms", "mean_ms", "min_ms", "throughput_per_s")
 
 ProbeFn = Callable[[Context], Evidence]
 PROBES: dict[str, tuple[ProbeFn, tuple[str, ...]]] = {}
@@ -53,8 +58,9 @@ def exponent(records: Sequence[CaseRecord], x: str, metric: str, unit: str = "")
     n = fit.fit.n
     floor = f"; {len(fit.floor)} smaller {x} below the regime (floor)" if fit.floor else ""
     lo, hi = (None, None) if math.isnan(fit.fit.ci_low) else (fit.fit.ci_low, fit.fit.ci_high)
+    busy = busy_reason(records) if metric in TIMING_METRICS else ""
     return Figure(fit.exponent, lo, hi, unit,
-                  f"log-log fit of {metric} over {x} {fit.x_min:g}…{fit.x_max:g}, {n} points{floor}", n)
+                  f"log-log fit of {metric} over {x} {fit.x_min:g}…{fit.x_max:g}, {n} points{floor}", n, busy=busy)
 
 
 def local_slope(records: Sequence[CaseRecord], x: str, metric: str) -> Figure:
@@ -79,11 +85,45 @@ def ratio_figure(num: float | None, den: float | None, unit: str = "×", note: s
     return Figure(num / den, unit=unit, note=note)
 
 
+def busy_reason(records: Sequence[CaseRecord | None]) -> str:
+    """Why these cases' timings were taken on a busy machine (other processes above
+    :data:`harness.load.BUSY_CORES`), or "" when none was."""
+    loads = [r.metric("load_others_cores") for r in records if r is not None and r.metric("load_busy")]
+    if not loads:
+        return ""
+    return (f"machine busy: other processes used up to {max(loads):.2f} cores while "
+            f"{len(loads)} of the timed cases ran (limit {BUSY_CORES})")
+
+
+def interleaved(a: CaseRecord, b: CaseRecord) -> bool:
+    """Whether two stored cases were timed side by side in the same rounds (one run, one group)."""
+    return bool(a.group and a.group == b.group and a.run_id == b.run_id and a.rounds
+                and len(a.rounds) == len(b.rounds))
+
+
 def median_ratio(a: CaseRecord | None, b: CaseRecord | None, note: str = "") -> Figure:
-    """median(a)/median(b) latency with a bootstrap 95% interval from the raw samples."""
+    """a's latency over b's. Timed side by side (:func:`interleaved`): the geometric mean of the per-round
+    ratios with its interval over rounds, which covers the machine's drift. Otherwise the ratio of medians with
+    a bootstrap interval of one run's samples (said so in the note). Flagged ``busy`` when either case ran on a
+    busy machine."""
     if not a or not b or not a.samples_s or not b.samples_s:
         return Figure(float("nan"), unit="×", note="missing a case")
-    return samples_ratio(a.samples_s, b.samples_s, note)
+    busy = busy_reason([a, b])
+    if interleaved(a, b):
+        pr = paired_ratio(a.samples_s, a.rounds, b.samples_s, b.rounds)
+        return Figure(pr.ratio, pr.ci_low, pr.ci_high, "×",
+                      (note + "; " if note else "") + f"timed side by side in {pr.n_rounds} rounds, interval over "
+                      "the per-round ratios", pr.n_rounds, busy=busy)
+    return replace(samples_ratio(a.samples_s, b.samples_s, (note + "; " if note else "")
+                                 + "not timed side by side: interval from one run's samples, drift not covered"),
+                   busy=busy)
+
+
+def timed_ratio(a: TimingResult, b: TimingResult, note: str = "", busy: str = "") -> Figure:
+    """a over b for two timings from one :func:`harness.timing.measure_interleaved` call (paired rounds)."""
+    pr = paired_ratio(a.samples_s, a.rounds, b.samples_s, b.rounds)
+    return Figure(pr.ratio, pr.ci_low, pr.ci_high, "×", (note + "; " if note else "")
+                  + f"timed side by side in {pr.n_rounds} rounds", pr.n_rounds, busy=busy)
 
 
 def samples_ratio(a: Sequence[float], b: Sequence[float], note: str = "") -> Figure:

@@ -12,11 +12,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from architectures.layers.attention import Attention, eager_attention
 from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure
-from claims.probes import built_params, probe, samples_ratio
+from claims.probes import built_params, probe, timed_ratio
 from claims.probes.cost import eager_score_bytes
 from harness.flops import count_params
 from harness.registry import resolve
-from harness.timing import TimingConfig, measure_cpu
+from harness.load import LoadMonitor
+from harness.timing import TimingConfig, measure_interleaved
 
 
 # The configurations 000 Part 2 lists, completed with the layer counts, vocabularies and FFN widths of
@@ -131,7 +132,7 @@ def largest_intermediate_bytes(fn: Callable[[], object]) -> int:
 
 @probe("additive_vs_dot", figures=("additive_over_dot_latency", "additive_over_dot_bytes"))
 def additive_vs_dot(ctx: Context | None) -> Evidence:
-    """Forward latency (measured side by side, bootstrap interval) and largest intermediate tensor of
+    """Forward latency (timed side by side in rounds, interval over the per-round ratios) and largest intermediate tensor of
     dot-product vs additive attention at n = 256, d = d_a = 64, batch 4, fp32."""
     torch.manual_seed(0)
     b, n, d = 4, 256, 64
@@ -139,10 +140,18 @@ def additive_vs_dot(ctx: Context | None) -> Evidence:
     add = Additive(d, d)
     runs = {"dot": lambda: dot_attention(q, k, v), "additive": lambda: add(q, k, v)}
     ev = Evidence()
+    monitor = LoadMonitor()
+    monitor.start()
     with torch.no_grad():
-        timed = {name: measure_cpu(fn, TimingConfig.quick()) for name, fn in runs.items()}
-    ev.figures["additive_over_dot_latency"] = samples_ratio(timed["additive"].samples_s, timed["dot"].samples_s,
-                                                            f"forward latency, B={b}, n={n}, d=d_a={d}, fp32")
+        results = measure_interleaved(list(runs.values()), TimingConfig.quick())
+    load = monitor.stop()
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+    timed = dict(zip(runs, results))
+    ev.figures["additive_over_dot_latency"] = timed_ratio(timed["additive"], timed["dot"],
+                                                          f"forward latency, B={b}, n={n}, d=d_a={d}, fp32",
+                                                          busy=load.reason())
     sizes = {name: largest_intermediate_bytes(fn) for name, fn in runs.items()}
     ev.figures["additive_over_dot_bytes"] = Figure(sizes["additive"] / sizes["dot"], unit="×",
                                                    note=f"largest intermediate tensor: additive "

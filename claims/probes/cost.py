@@ -16,7 +16,8 @@ from torch import nn
 from architectures.attention_core import AttentionCore, AttentionCoreConfig, core_inputs
 from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure
-from claims.probes import at, built_params, exponent, median_ratio, probe, ratio_figure, select, series
+from claims.probes import (at, built_params, busy_reason, exponent, interleaved, median_ratio, probe, ratio_figure,
+                           select, series)
 from harness import memory, registry
 from harness.fake import fake_case, new_fake_mode
 from harness.flops import FlopCount, count_flops, count_model, dependency_trace
@@ -24,7 +25,7 @@ from harness.records import CaseRecord
 from harness.registry import resolve
 from harness.runner import fake_pass
 from harness.spec import Workload
-from harness.stats import fit_loglog
+from harness.stats import fit_loglog, paired_ratio
 
 
 CPU = torch.device("cpu")
@@ -319,9 +320,11 @@ def mac_crossovers(d: int = 32, lo: float = 0.25, hi: float = 8.0, recurrent: st
 
 def latency_crossover(att: Sequence[CaseRecord], rnn: Sequence[CaseRecord], d: int, n_boot: int = 400,
                       seed: int = 0) -> tuple[float, list[float], list[float]]:
-    """The smallest n/d where the attention cases' median latency reaches the recurrent ones', interpolated
+    """The smallest n/d where the attention cases' latency reaches the recurrent ones', interpolated
     (log-linear) from the n before it — 0 when attention is slower already at the smallest n, inf when it
-    is faster at every n — and the same on ``n_boot`` bootstrap resamples of each case's timing samples.
+    is faster at every n — and the same on ``n_boot`` bootstrap resamples. Timed side by side
+    (:func:`claims.probes.interleaved`), the ratio at each n is the paired per-round ratio and the bootstrap
+    resamples rounds, so the interval covers drift; otherwise medians and each case's samples are resampled.
     Returns (crossing, bootstrap crossings, the n/d grid)."""
     by_n = {r.value("seq_len"): [r] for r in att if r.samples_s}
     for r in rnn:
@@ -331,25 +334,29 @@ def latency_crossover(att: Sequence[CaseRecord], rnn: Sequence[CaseRecord], d: i
     xs = [n / d for n in ns]
     if len(ns) < 2:
         return float("nan"), [], xs
-    samples = [[np.asarray(by_n[n][i].samples_s) for i in (0, 1)] for n in ns]
-
-    def cross(meds: list[tuple[float, float]]) -> float:
-        ratio = [a / b for a, b in meds]
+    def cross(ratio: list[float]) -> float:
         hit = crossing(xs, ratio)
         if hit is not None:
             return hit[0]
         return 0.0 if ratio[0] > 1 else math.inf
 
-    point = cross([(float(np.median(a)), float(np.median(b))) for a, b in samples])
     rng = np.random.default_rng(seed)
-    boot = [cross([(float(np.median(rng.choice(a, a.size))), float(np.median(rng.choice(b, b.size))))
+    if all(interleaved(*by_n[n]) for n in ns):
+        per = [np.log(paired_ratio(a.samples_s, a.rounds, b.samples_s, b.rounds).per_round)
+               for a, b in (by_n[n] for n in ns)]
+        point = cross([float(np.exp(p.mean())) for p in per])
+        boot = [cross([float(np.exp(rng.choice(p, p.size).mean())) for p in per]) for _ in range(n_boot)]
+        return point, boot, xs
+    samples = [[np.asarray(by_n[n][i].samples_s) for i in (0, 1)] for n in ns]
+    point = cross([float(np.median(a)) / float(np.median(b)) for a, b in samples])
+    boot = [cross([float(np.median(rng.choice(a, a.size))) / float(np.median(rng.choice(b, b.size)))
                    for a, b in samples]) for _ in range(n_boot)]
     return point, boot, xs
 
 
-def smaller_crossing(results: dict[int, tuple[float, list[float], list[float]]]) -> Figure:
+def smaller_crossing(results: dict[int, tuple[float, list[float], list[float]]], busy: str = "") -> Figure:
     """The smaller of the per-d latency crossings. Interpolated: the 2.5/97.5 percentiles of the bootstrap
-    replicates' smaller crossing are its interval (timing-sample noise only, not run-to-run drift). Below
+    replicates' smaller crossing are its interval (over rounds when timed side by side). Below
     the grid (attention slower at the smallest n): the smallest n/d, with [0, that] as its interval.
     Beyond the grid: no value (the crossing was not reached)."""
     if not results or any(math.isnan(r[0]) for r in results.values()):
@@ -357,7 +364,8 @@ def smaller_crossing(results: dict[int, tuple[float, list[float], list[float]]])
     d, (point, _, xs) = min(results.items(), key=lambda kv: kv[1][0])
     if point == 0.0:
         return Figure(xs[0], 0.0, xs[0], "× d", f"d={d}: the attention layer is slower than the LSTM layer "
-                      f"already at the smallest n measured (n/d = {xs[0]:.3g}): the crossing lies at or below it")
+                      f"already at the smallest n measured (n/d = {xs[0]:.3g}): the crossing lies at or below it",
+                      busy=busy)
     if math.isinf(point):
         return Figure(float("nan"), unit="× d", note="the attention layer is faster than the LSTM layer at every n "
                       "measured: the crossing lies beyond the largest n/d of the sweep")
@@ -365,8 +373,8 @@ def smaller_crossing(results: dict[int, tuple[float, list[float], list[float]]])
     lo, hi = (float(np.percentile(boot, q)) for q in (2.5, 97.5))
     return Figure(point, lo, hi, "× d", f"smallest over d ∈ {sorted(results)} of the n/d where the attention "
                   "layer's median latency first reaches the LSTM layer's, interpolated log-linearly from the n "
-                  f"before it (d={d}); interval: bootstrap of the timing samples ({len(boot)} resamples; "
-                  "run-to-run drift not covered)", len(boot))
+                  f"before it (d={d}); interval: bootstrap ({len(boot)} resamples) of the paired rounds when "
+                  "timed side by side, else of one run's samples", len(boot), busy=busy)
 
 
 @probe("crossover", figures=("mac_crossover_layer", "mac_crossover_core", "measured_crossover"))
@@ -384,7 +392,8 @@ def crossover(ctx: Context) -> Evidence:
         results[dm] = latency_crossover(att, rnn, dm)
         ev.notes.append(f"latency, d={dm}: crossing at n/d = {results[dm][0]:.3g} (0: attention slower already at "
                         f"the smallest n; inf: faster at every n) over n/d = {[round(x, 3) for x in results[dm][2]]}")
-    ev.figures["measured_crossover"] = smaller_crossing(results)
+    timed = [r for r in rows if r.arch in ("lra-exact", "lstm-small")]
+    ev.figures["measured_crossover"] = smaller_crossing(results, busy_reason(timed))
     ev.chart = Chart("latency: self-attention vs LSTM", "sequence length n", "ms",
                      {k: v for k, v in series(rows, "seq_len", "median_ms").items()
                       if k.startswith(("lstm", "attention"))}, x_log=True, y_log=True)

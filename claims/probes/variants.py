@@ -2,7 +2,6 @@
 equivariance and position-scheme identities computed on the code's own modules."""
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -13,11 +12,12 @@ from architectures.transformer import Decoder, DecoderConfig, Encoder, EncoderCo
 from architectures.transformer_cost import kv_cache_bytes
 from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure, mean_ci
-from claims.probes import mean_chart, median_ratio, probe, samples_ratio, select, series
+from claims.probes import mean_chart, median_ratio, probe, select, series, timed_ratio
 from claims.probes.blocks import NAMED
 from harness.records import CaseRecord
 from harness.registry import resolve
-from harness.stats import fit_loglog
+from harness.stats import fit_loglog, paired_ratio
+from harness.timing import TimingConfig, TimingResult, measure_interleaved
 
 
 MATCH_TOL = 0.01                           # "parameter-matched": within 1% of MHA's parameter count
@@ -309,11 +309,11 @@ GEN_REPEATS = 7
 
 @torch.no_grad()
 def generation_times(model: Decoder, n: int, repeats: int = GEN_REPEATS, batch: int = 1
-                     ) -> tuple[list[float], list[float]]:
-    """Seconds to generate ``n`` tokens one at a time with the KV cache (``n`` sequential single-token
-    forwards, each token the greedy choice of the step before) and seconds of ONE parallel forward over
-    ``n`` tokens (a prefill), timed alternately ``repeats`` times after one warm-up of each, so both see the
-    same machine load. Returns (decode samples, prefill samples)."""
+                     ) -> tuple[TimingResult, TimingResult]:
+    """Time generating ``n`` tokens one at a time with the KV cache (``n`` sequential single-token forwards,
+    each token the greedy choice of the step before) against ONE parallel forward over ``n`` tokens (a
+    prefill), side by side in ``repeats`` rounds of one call each (:func:`harness.timing.measure_interleaved`:
+    a cold call and a warm-up call of each first, a fresh random order per round). Returns (decode, prefill)."""
     tokens = torch.randint(0, model.cfg.vocab_size, (batch, n), generator=torch.Generator().manual_seed(0))
 
     def decode() -> None:
@@ -322,29 +322,29 @@ def generation_times(model: Decoder, n: int, repeats: int = GEN_REPEATS, batch: 
     def prefill() -> None:
         model(tokens)                                                    # (B, n, vocab) in one pass
 
-    out: tuple[list[float], list[float]] = ([], [])
-    for i in range(repeats + 1):
-        for fn, samples in ((decode, out[0]), (prefill, out[1])):
-            t0 = time.perf_counter()
-            fn()
-            if i:                                                        # the first round warms up
-                samples.append(time.perf_counter() - t0)
-    return out
+    config = TimingConfig(warmup_calls=1, warmup_s=0.0, min_samples=repeats, min_time_s=0.0, max_time_s=600.0,
+                          min_sample_s=0.0, rounds=repeats)
+    dec, pre = measure_interleaved([decode, prefill], config)
+    for r in (dec, pre):
+        if isinstance(r, BaseException):
+            raise r
+    return dec, pre                                                      # type: ignore[return-value]
 
 
-def sequential_figures(times: dict[int, tuple[list[float], list[float]]]) -> dict[str, Figure]:
-    """From (decode, prefill) samples per generated length n: ``decode_over_prefill``, time to decode the
-    largest n one token at a time / one parallel forward over it (bootstrap interval), and
-    ``decode_over_prefill_exp``, the log-log slope of that ratio vs n over every repeat's ratio (the
-    repeats are paired: timed back to back) with its t-interval."""
+def sequential_figures(times: dict[int, tuple[TimingResult, TimingResult]]) -> dict[str, Figure]:
+    """From (decode, prefill) timings per generated length n: ``decode_over_prefill``, time to decode the
+    largest n one token at a time / one parallel forward over it (paired over rounds), and
+    ``decode_over_prefill_exp``, the log-log slope of that ratio vs n over every round's ratio, with its
+    t-interval."""
     top = max(times)
     dec, pre = times[top]
-    pts = [(float(n), d / p) for n, (ds, ps) in times.items() for d, p in zip(ds, ps)]
+    per_round = {n: paired_ratio(d.samples_s, d.rounds, p.samples_s, p.rounds) for n, (d, p) in times.items()}
+    pts = [(float(n), r) for n, pr in per_round.items() for r in pr.per_round]
     fit = fit_loglog([x for x, _ in pts], [y for _, y in pts])
-    medians = ", ".join(f"n={n}: {samples_ratio(d, p).value:.3g}×" for n, (d, p) in sorted(times.items()))
+    medians = ", ".join(f"n={n}: {pr.ratio:.3g}×" for n, pr in sorted(per_round.items()))
     return {
-        "decode_over_prefill": samples_ratio(dec, pre, f"{top} cached single-token steps / one forward over "
-                                                       f"{top} tokens, {len(dec)} alternating repeats"),
+        "decode_over_prefill": timed_ratio(dec, pre, f"{top} cached single-token steps / one forward over "
+                                                     f"{top} tokens"),
         "decode_over_prefill_exp": (Figure(float("nan"), note="fewer than 2 lengths") if fit is None else
                                     Figure(fit.exponent, fit.ci_low, fit.ci_high, "",
                                            f"log-log slope of the ratio vs n ({medians})", fit.n)),
