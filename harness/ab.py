@@ -1,0 +1,163 @@
+"""Two versions of the code timed side by side: a git worktree of REF and this checkout, each in its own
+worker process (:mod:`harness.ab_worker`), alternating in rounds per case, a fresh random order per round.
+
+Noise between machines (or between two CI jobs) dwarfs noise within one job, so ``bench check --against REF``
+measures the baseline and the candidate in the same job, interleaved: round i of both sides ran back to back
+and :func:`harness.stats.paired_ratio` cancels what drifted in between. REF runs with this environment's
+packages (no second install). REF must have ``harness/ab_worker.py`` (the commit that added ``--against`` or later).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from harness.env import REPO
+from harness.errors import BenchInputError
+from harness.load import ROOT_PID_ENV
+from harness.records import CaseRecord
+from harness.runner import RunOptions
+from harness.spec import Case
+
+_START_S = 120.0
+
+
+def case_dict(case: Case) -> dict[str, Any]:
+    return {"suite": case.suite, "line": case.line, "arch": case.arch, "overrides": [list(kv) for kv in case.overrides],
+            "workload": dataclasses.asdict(case.workload), "metrics": list(case.metrics), "point": case.point}
+
+
+def record_from(d: dict[str, Any]) -> CaseRecord:
+    fields = {f.name for f in dataclasses.fields(CaseRecord)}
+    d = {k: v for k, v in d.items() if k in fields}
+    for k in ("samples_s", "rounds"):
+        d[k] = tuple(d.get(k) or ())
+    return CaseRecord(**d)
+
+
+@contextmanager
+def worktree(ref: str) -> Iterator[Path]:
+    """A detached git worktree of ``ref`` of this repository, removed afterwards."""
+    def git(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+    if git("rev-parse", "--git-dir").returncode != 0:
+        raise BenchInputError(f"{REPO} is not a git checkout: --against needs one", where="--against")
+    if git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}").returncode != 0:
+        raise BenchInputError(f"no commit {ref!r} in this repository", where="--against")
+    tmp = Path(tempfile.mkdtemp(prefix="bench-against-"))
+    tree = tmp / "ref"
+    added = git("worktree", "add", "--detach", str(tree), ref)
+    if added.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise BenchInputError(f"cannot check out {ref}: {added.stderr.strip().splitlines()[-1]}", where="--against")
+    try:
+        if not (tree / "harness" / "ab_worker.py").exists():
+            raise BenchInputError(f"{ref} predates `bench check --against` (no harness/ab_worker.py): compare "
+                                  "with a baseline file instead", where="--against")
+        yield tree
+    finally:
+        git("worktree", "remove", "--force", str(tree))
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+class Side:
+    """One version's worker process: ``PYTHONPATH`` at its checkout, spoken to over a socket pair."""
+
+    def __init__(self, name: str, tree: Path, plugins: Sequence[str] = ()) -> None:
+        self.name, self.tree, self.plugins = name, tree, tuple(plugins)
+        self.proc: subprocess.Popen | None = None
+        self.conn: Connection | None = None
+
+    def start(self) -> None:
+        ours, theirs = socket.socketpair()
+        env = {**os.environ, "PYTHONPATH": str(self.tree), "BENCH_AB_FD": str(theirs.fileno()),
+               ROOT_PID_ENV: os.environ.get(ROOT_PID_ENV, str(os.getpid()))}
+        self.proc = subprocess.Popen([sys.executable, "-c", "from harness.ab_worker import serve; serve()"],
+                                     cwd=self.tree, env=env, pass_fds=(theirs.fileno(),))
+        theirs.close()
+        self.conn = Connection(ours.detach())
+
+    def ask(self, cmd: str, arg: Any = None, extra: Any = None, timeout: float = _START_S) -> tuple[str, Any]:
+        """Send one command; ("lost", why) when the worker died or did not answer within ``timeout``."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.stop()
+            self.start()
+        assert self.conn is not None
+        try:
+            self.conn.send((cmd, arg, extra))
+            if self.conn.poll(timeout):
+                return self.conn.recv()
+            why = f"no answer within {timeout:g} s"
+        except (EOFError, OSError, BrokenPipeError):
+            why = f"worker process died (exit code {self.proc.poll() if self.proc else None})"
+        self.stop()
+        return "lost", why
+
+    def stop(self) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.send(("stop", None, None))
+            except OSError:
+                pass
+            self.conn.close()
+        if self.proc is not None:
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.proc = self.conn = None
+
+
+def _timing_dict(opts: RunOptions) -> dict[str, Any]:
+    return dataclasses.asdict(opts.timing)
+
+
+def interleave_versions(cases: Sequence[Case], opts: RunOptions, ref_tree: Path, here: Path = REPO, seed: int = 0,
+                        on_pair: Callable[[CaseRecord, CaseRecord], None] | None = None
+                        ) -> list[tuple[CaseRecord, CaseRecord]]:
+    """(baseline = REF's record, candidate = this checkout's record) per case, timed in alternating rounds."""
+    sides = {"base": Side("base", ref_tree), "cand": Side("cand", here)}
+    rng = random.Random(seed)
+    out: list[tuple[CaseRecord, CaseRecord]] = []
+    try:
+        for case in cases:
+            group = f"ab-{case.key}"
+            state: dict[str, Any] = {}
+            for name, side in sides.items():
+                state[name] = side.ask("prepare", case_dict(case), _timing_dict(opts), opts.timeout_s)
+            for _ in range(opts.timing.rounds):
+                live = [n for n in sides if state[n][0] == "ready"]
+                rng.shuffle(live)
+                for n in live:
+                    got = sides[n].ask("round", timeout=opts.timeout_s)
+                    if got[0] != "ok":
+                        state[n] = got
+            recs = {}
+            for name, side in sides.items():
+                if state[name][0] == "ready":
+                    state[name] = side.ask("finish", group, timeout=opts.timeout_s)
+                kind, payload = state[name]
+                if kind == "done":
+                    recs[name] = record_from(payload)
+                else:
+                    recs[name] = case.record("timeout" if "no answer" in str(payload) else "error",
+                                             f"{name} worker: {payload}")
+            pair = (recs["base"], recs["cand"])
+            out.append(pair)
+            if on_pair:
+                on_pair(*pair)
+    finally:
+        for side in sides.values():
+            side.stop()
+    return out

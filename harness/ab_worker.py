@@ -1,0 +1,88 @@
+"""The worker side of an A/B timing across two versions of the code (``bench check --against REF``).
+
+Started by :mod:`harness.ab` as ``python -c "from harness.ab_worker import serve; serve()"`` with
+``PYTHONPATH`` at one checkout, so every import below is that checkout's code. It talks over a socket whose
+file descriptor is in ``BENCH_AB_FD``, in plain dicts (no class crosses between the two versions):
+
+- ``("prepare", case, timing)``: fake pass, build, memory pass, warm-up; replies ``("ready", None)`` or
+  ``("done", record)`` when the case ends there (skipped, failed, nothing to time);
+- ``("round", None, None)``: one round of samples (as :func:`harness.timing.measure_interleaved` takes them);
+- ``("finish", group, None)``: the case's record with its samples in rounds; ``("stop", ...)`` ends the worker.
+"""
+from __future__ import annotations
+
+import math
+import os
+import socket
+import time
+from dataclasses import asdict
+from multiprocessing.connection import Connection
+from typing import Any
+
+import torch
+
+from harness import registry
+from harness.load import LoadMonitor
+from harness.records import CaseRecord
+from harness.runner import Prepared, RunOptions, _failed, _record, add_timing, measure_memory, prepare
+from harness.spec import Case, Workload
+from harness.timing import TimingConfig, _Sampler
+
+
+def case_from(d: dict[str, Any]) -> Case:
+    return Case(d["suite"], d["line"], d["arch"], tuple(tuple(kv) for kv in d["overrides"]),
+                Workload(**d["workload"]), tuple(d["metrics"]), d.get("point", 0))
+
+
+def serve() -> None:
+    sock = socket.socket(fileno=int(os.environ["BENCH_AB_FD"]))
+    conn = Connection(sock.detach())
+    registry.list_archs()
+    held: dict[str, Any] = {}
+    while True:
+        try:
+            cmd, arg, extra = conn.recv()
+        except (EOFError, OSError):
+            return
+        if cmd == "stop":
+            return
+        p: Prepared | None = held.get("p")
+        try:
+            if cmd == "prepare":
+                held.clear()
+                case, timing = case_from(arg), TimingConfig(**extra)
+                opts = RunOptions(timing=timing)
+                got = prepare(case, opts)
+                if isinstance(got, CaseRecord):
+                    conn.send(("done", asdict(got)))
+                    continue
+                if "memory" in case.metrics:
+                    measure_memory(got)
+                monitor = LoadMonitor()
+                monitor.start()
+                held.update(p=got, opts=opts, monitor=monitor,
+                            sampler=_Sampler(got.step, timing, torch.device(case.workload.device)))
+                conn.send(("ready", None))
+            elif cmd == "round":
+                s, cfg = held["sampler"], held["opts"].timing
+                per_min_n = max(1, math.ceil(cfg.min_samples / cfg.rounds))
+                per_min_s, per_max_s = cfg.min_time_s / cfg.rounds, cfg.max_time_s / cfg.rounds
+                n0, t0 = len(s.samples), time.perf_counter()
+                while True:
+                    s.sample()
+                    elapsed = time.perf_counter() - t0
+                    if (len(s.samples) - n0 >= per_min_n and elapsed >= per_min_s) or elapsed >= per_max_s:
+                        break
+                s.rounds.append(len(s.samples) - n0)
+                conn.send(("ok", None))
+            elif cmd == "finish":
+                s = held["sampler"]
+                timed = s.result(0.0)
+                add_timing(p, timed, held["monitor"].stop())
+                conn.send(("done", asdict(_record(p, timed.samples_s, timed.rounds, arg or ""))))
+                held.clear()
+        except Exception as exc:  # noqa: BLE001 — the case's failure is its record
+            rec = _failed(p.case if p else case_from(arg), exc, held.get("opts") or RunOptions(),
+                          config=p.config if p else {}, metrics=p.metrics if p else {})
+            held.clear()
+            conn.send(("done", asdict(rec)))
