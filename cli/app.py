@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import click
 
+from cli import check as check_cmd
 from cli import claims as claims_cmd
 from cli import flops as flops_cmd
 from cli import report as report_cmd
@@ -16,5 +17,5 @@ def main() -> None:
     """Benchmark and compare Transformers and their rivals; test the textbook trade-offs."""
 
 
-for command in (*runs_cmd.COMMANDS, report_cmd.report, claims_cmd.claims, flops_cmd.flops):
+for command in (*runs_cmd.COMMANDS, *check_cmd.COMMANDS, report_cmd.report, claims_cmd.claims, flops_cmd.flops):
     main.add_command(command)

@@ -1,6 +1,7 @@
 """``bench list | run | runs | show | export | compare``: run suites into the store and read runs back."""
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import sys
 from pathlib import Path
@@ -11,15 +12,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from cli.common import debug_option, err, load_plugins, out, plugin_option, show_logs, store_option
 from harness import registry, session
 from harness.errors import BenchInputError
-from harness.executors import EXECUTORS
+from harness.executors import EXECUTORS, make_executor
 from harness.records import CaseRecord, RunRecord
 from harness.store import Store
-from harness.suite import list_suites, load_suite, parse_set
-from reports.compare import compare_runs, env_differences
-from reports.export import to_csv, to_json, to_parquet, to_tidy_csv
+from harness.suite import case_from_record, list_suites, load_suite, parse_set
+from reports.compare import compare_runs, env_differences, interleaved_rows, pair_records
+from reports.export import to_csv, to_json, to_parquet, to_pytest_benchmark, to_tidy_csv
 from reports.findings import run_findings
 from reports.html import write_report
-from reports.terminal import cases_table, compare_table, findings_table, headline_lines, runs_table
+from reports.terminal import (cases_table, compare_table, findings_table, headline_lines, interleaved_table,
+                              runs_table)
 
 
 @click.command("list")
@@ -140,13 +142,15 @@ def show_cmd(run_ref: str, store_url: str | None) -> None:
 
 @click.command("export")
 @click.argument("run_ref", metavar="RUN")
-@click.option("--format", "fmt", type=click.Choice(["csv", "json", "parquet", "tidy-csv"]), required=True)
+@click.option("--format", "fmt", type=click.Choice(["csv", "json", "parquet", "tidy-csv", "pytest-benchmark"]),
+              required=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
               help="File to write (default: stdout; required for parquet).")
 @store_option
 def export_cmd(run_ref: str, fmt: str, output: str | None, store_url: str | None) -> None:
     """Export one run: JSON (one object per case), CSV (the same, flattened), Parquet (the CSV's
-    table) or tidy CSV (one row per case × metric)."""
+    table), tidy CSV (one row per case × metric) or pytest-benchmark's JSON (for `pytest-benchmark compare`
+    and github-action-benchmark's `tool: pytest`)."""
     if fmt == "parquet" and not output:
         raise click.UsageError("--format parquet needs -o FILE (Parquet is binary)")
     store = Store(store_url, create=False)
@@ -156,7 +160,8 @@ def export_cmd(run_ref: str, fmt: str, output: str | None, store_url: str | None
         to_parquet(run, records, output)
         err.print(f"wrote {len(records)} cases to {output}")
         return
-    text = {"json": to_json, "csv": to_csv, "tidy-csv": to_tidy_csv}[fmt](run, records)
+    text = {"json": to_json, "csv": to_csv, "tidy-csv": to_tidy_csv,
+            "pytest-benchmark": to_pytest_benchmark}[fmt](run, records)
     if output:
         try:
             Path(output).write_text(text)
@@ -170,11 +175,22 @@ def export_cmd(run_ref: str, fmt: str, output: str | None, store_url: str | None
 @click.command("compare")
 @click.argument("run_a", metavar="RUN_A")
 @click.argument("run_b", metavar="RUN_B")
+@click.option("--interleave", is_flag=True,
+              help="Measure the two runs' cases again now, with this code, side by side in one worker (round by "
+                   "round), instead of comparing the stored timings.")
+@click.option("--quick", is_flag=True, help="With --interleave: the quick timing.")
 @store_option
-def compare_cmd(run_a: str, run_b: str, store_url: str | None) -> None:
-    """Compare RUN_B against RUN_A case by case: ratio of medians B/A, 95% bootstrap CI, verdict."""
+@plugin_option
+def compare_cmd(run_a: str, run_b: str, interleave: bool, quick: bool, store_url: str | None,
+                plugins: tuple[str, ...]) -> None:
+    """Compare RUN_B against RUN_A case by case: ratio of medians B/A, 95% bootstrap CI, verdict. With
+    --interleave (same code only: two settings or two architectures), each pair of cases is measured again side
+    by side and the ratio's interval spans the rounds, so the machine's drift is in it."""
     store = Store(store_url, create=False)
     a, b = store.get_run(run_a), store.get_run(run_b)
+    if interleave:
+        _compare_interleaved(store, a, b, quick, load_plugins(plugins))
+        return
     differing = env_differences(a.env, b.env)
     if differing:
         err.print(f"warning: the runs were measured in different environments (hard keys differ: "
@@ -187,6 +203,32 @@ def compare_cmd(run_a: str, run_b: str, store_url: str | None) -> None:
                                      ("not ok in one run", result.not_ok)) if v]
     out.print(f"{len(result.rows)} cases compared: {n['faster']} faster, {n['slower']} slower, {n['same']} same; "
               f"geometric-mean ratio B/A {geo}" + (f" ({'; '.join(extra)})" if extra else ""))
+
+
+def _compare_interleaved(store: Store, a: RunRecord, b: RunRecord, quick: bool, plugin_files: tuple[str, ...]) -> None:
+    pairs = pair_records(store.records(a.id), store.records(b.id), a, b)
+    if not pairs:
+        raise BenchInputError(f"runs {a.id} and {b.id} have no ok cases to pair (by case, or by line and sweep "
+                              "point)", where="RUN_B")
+    metrics_a = tuple(a.spec.metrics) if a.spec else ("latency",)
+    metrics_b = tuple(b.spec.metrics) if b.spec else ("latency",)
+    cases = []
+    for i, (ra, rb) in enumerate(pairs):      # one point per pair: each pair is one group, timed side by side
+        cases.append(dataclasses.replace(case_from_record(ra, metrics_a), line=f"A {ra.line}", point=i))
+        cases.append(dataclasses.replace(case_from_record(rb, metrics_b), line=f"B {rb.line}", point=i))
+    show_logs()
+    err.print(f"measuring {len(pairs)} pairs side by side ({len(cases)} cases)")
+    opts = session.run_options(quick, interleave=True, plugins=plugin_files)
+    ex = make_executor("process")
+    try:
+        recs = list(ex.run(cases, opts))
+    finally:
+        ex.close()
+    rows = interleaved_rows(pairs, recs)
+    out.print(interleaved_table(rows, a.id, b.id))
+    n = {v: sum(r["verdict"] == v for r in rows) for v in ("faster", "slower", "same", "failed")}
+    out.print(f"{len(rows)} pairs measured side by side: {n['faster']} faster, {n['slower']} slower, {n['same']} same"
+              + (f", {n['failed']} failed" if n["failed"] else ""))
 
 
 COMMANDS = (list_cmd, run_cmd, runs_cmd, show_cmd, export_cmd, compare_cmd)

@@ -28,6 +28,7 @@ from harness.load import ROOT_PID_ENV
 from harness.records import CaseRecord
 from harness.runner import RunOptions
 from harness.spec import Case
+from harness.stats import summarize_rounds
 
 _START_S = 120.0
 
@@ -119,45 +120,86 @@ class Side:
         self.proc = self.conn = None
 
 
-def _timing_dict(opts: RunOptions) -> dict[str, Any]:
-    return dataclasses.asdict(opts.timing)
+PROCESSES = 2
+"""Worker processes per version. Rounds alternate between them: a process's own luck (memory layout, where its
+threads run) moves a small model's time by tens of percent from one process to the next, so it has to show up
+in the spread between rounds rather than pass for a difference between the versions."""
+
+
+def _merge(parts: list[tuple[CaseRecord, list[int]]], n_rounds: int) -> CaseRecord:
+    """One record from the workers of one version: samples and rounds put back in round order, the timing
+    summary recomputed over all of them (the rest, counted metrics and memory, from the first worker)."""
+    by_round: dict[int, tuple[float, ...]] = {}
+    for rec, which in parts:
+        i = 0
+        for r, n in zip(which, rec.rounds):
+            by_round[r] = rec.samples_s[i:i + n]
+            i += n
+    order = [r for r in range(n_rounds) if r in by_round]
+    samples = tuple(x for r in order for x in by_round[r])
+    rounds = tuple(len(by_round[r]) for r in order)
+    first = parts[0][0]
+    metrics = dict(first.metrics)
+    metrics.update(summarize_rounds(samples, rounds))
+    loads = [p[0].metric("load_others_cores") for p in parts if p[0].metric("load_others_cores") is not None]
+    if loads:
+        metrics["load_others_cores"] = max(loads)
+        metrics["load_busy"] = float(any(p[0].metric("load_busy") for p in parts))
+    metrics["throughput_per_s"] = first.workload.get("batch_size", 1) / (metrics["median_ms"] / 1e3)
+    return dataclasses.replace(first, samples_s=samples, rounds=rounds, metrics=metrics,
+                               duration_s=sum(p[0].duration_s for p in parts))
 
 
 def interleave_versions(cases: Sequence[Case], opts: RunOptions, ref_tree: Path, here: Path = REPO, seed: int = 0,
-                        on_pair: Callable[[CaseRecord, CaseRecord], None] | None = None
-                        ) -> list[tuple[CaseRecord, CaseRecord]]:
-    """(baseline = REF's record, candidate = this checkout's record) per case, timed in alternating rounds."""
-    sides = {"base": Side("base", ref_tree), "cand": Side("cand", here)}
+                        on_pair: Callable[[CaseRecord, CaseRecord], None] | None = None,
+                        processes: int = PROCESSES) -> list[tuple[CaseRecord, CaseRecord]]:
+    """(baseline = REF's record, candidate = this checkout's record) per case. Each version runs in
+    ``processes`` workers; per case every worker prepares it, then ``opts.timing.rounds`` rounds, each in a
+    fresh random order of the two versions, round r timed by worker r mod ``processes`` of each."""
+    sides = {name: [Side(name, tree) for _ in range(processes)] for name, tree in (("base", ref_tree), ("cand", here))}
     rng = random.Random(seed)
+    n_rounds = opts.timing.rounds
     out: list[tuple[CaseRecord, CaseRecord]] = []
     try:
         for case in cases:
             group = f"ab-{case.key}"
-            state: dict[str, Any] = {}
-            for name, side in sides.items():
-                state[name] = side.ask("prepare", case_dict(case), _timing_dict(opts), opts.timeout_s)
-            for _ in range(opts.timing.rounds):
-                live = [n for n in sides if state[n][0] == "ready"]
-                rng.shuffle(live)
-                for n in live:
-                    got = sides[n].ask("round", timeout=opts.timeout_s)
-                    if got[0] != "ok":
-                        state[n] = got
+            state = {name: [w.ask("prepare", case_dict(case), dataclasses.asdict(opts.timing), opts.timeout_s)
+                            for w in workers] for name, workers in sides.items()}
+            which: dict[str, list[list[int]]] = {name: [[] for _ in range(processes)] for name in sides}
+            for r in range(n_rounds):
+                order = list(sides)
+                rng.shuffle(order)
+                for name in order:
+                    k = r % processes
+                    if state[name][k][0] != "ready":
+                        continue
+                    got = sides[name][k].ask("round", timeout=opts.timeout_s)
+                    if got[0] == "ok":
+                        which[name][k].append(r)
+                    else:
+                        state[name][k] = got
             recs = {}
-            for name, side in sides.items():
-                if state[name][0] == "ready":
-                    state[name] = side.ask("finish", group, timeout=opts.timeout_s)
-                kind, payload = state[name]
-                if kind == "done":
-                    recs[name] = record_from(payload)
-                else:
-                    recs[name] = case.record("timeout" if "no answer" in str(payload) else "error",
-                                             f"{name} worker: {payload}")
+            for name, workers in sides.items():
+                parts: list[tuple[CaseRecord, list[int]]] = []
+                failure: CaseRecord | None = None
+                for k, w in enumerate(workers):
+                    if state[name][k][0] == "ready":
+                        state[name][k] = w.ask("finish", group, timeout=opts.timeout_s)
+                    kind, payload = state[name][k]
+                    rec = record_from(payload) if kind == "done" else case.record(
+                        "timeout" if "no answer" in str(payload) else "error", f"{name} worker: {payload}")
+                    if rec.ok:
+                        parts.append((rec, which[name][k]))
+                    elif failure is None:
+                        failure = rec
+                timed = [p for p in parts if p[0].samples_s]
+                recs[name] = failure or (_merge(timed, n_rounds) if timed else parts[0][0])
             pair = (recs["base"], recs["cand"])
             out.append(pair)
             if on_pair:
                 on_pair(*pair)
     finally:
-        for side in sides.values():
-            side.stop()
+        for workers in sides.values():
+            for w in workers:
+                w.stop()
     return out

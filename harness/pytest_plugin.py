@@ -67,13 +67,13 @@ class BenchSession:
         """The case of one ``bench_case`` call; bad input raises BenchInputError naming the key."""
         from harness.errors import BenchInputError
         from harness.spec import METRICS
-        from harness.suite import _case          # a suite line's split into workload and overrides, and its checks
+        from harness.suite import make_case       # a suite line's split into workload and overrides, and its checks
 
         metrics = (metrics,) if isinstance(metrics, str) else tuple(metrics)
         unknown = [m for m in metrics if m not in METRICS]
         if unknown or not metrics:
             raise BenchInputError(f"expected some of {list(METRICS)}, got {list(metrics)}", where="metrics")
-        case = _case(SUITE, nodeid, {**params, "arch": arch}, metrics)
+        case = make_case(SUITE, nodeid, {**params, "arch": arch}, metrics)
         n = 1
         while case.key in self._keys:           # the same case twice in a session (a loop, a rerun): its own line
             n += 1

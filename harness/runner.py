@@ -230,8 +230,11 @@ def run_group(cases: Sequence[Case], opts: RunOptions) -> list[CaseRecord]:
         group = f"{timed_cases[0].case.key}+{len(timed_cases)}" if len(timed_cases) > 1 else ""
         monitor = LoadMonitor()
         monitor.start()
+        threads = [resolved_threads(p.case.workload) for p in timed_cases]
         results = measure_interleaved([p.step for p in timed_cases], opts.timing,
-                                      timed_cases[0].case.workload.device, seed=len(out)) if timed_cases else []
+                                      timed_cases[0].case.workload.device, seed=len(out),
+                                      before=[lambda t=t: torch.set_num_threads(t) for t in threads]
+                                      ) if timed_cases else []
         load = monitor.stop()
         for p, res in zip(timed_cases, results):
             if isinstance(res, BaseException):

@@ -28,7 +28,7 @@ from typing import Any
 
 from harness import registry
 from harness.errors import BenchInputError
-from harness.records import SuiteSpec
+from harness.records import CaseRecord, SuiteSpec
 from harness.spec import METRICS, WORKLOAD_KEYS, Case, Workload
 
 TOP_KEYS = {"name", "description", "metrics", "fixed", "sweep", "plot", "lines", "quick"}
@@ -161,7 +161,7 @@ def _build(data: dict, path: Path, quick: bool, sets: dict[str, Any]) -> Suite:
         for i, point in enumerate(itertools.product(*(sweep[k] for k in axes))):
             params = {**fixed, **over, **dict(zip(axes, point))}
             try:
-                cases.append(dataclasses.replace(_case(name, label, params, tuple(metrics)), point=i))
+                cases.append(dataclasses.replace(make_case(name, label, params, tuple(metrics)), point=i))
             except BenchInputError as exc:
                 raise BenchInputError(str(exc), where=_origin(exc.where, label, over, sets, fixed, sweep,
                                                               _table(q, "fixed") if quick else {},
@@ -183,7 +183,7 @@ def _origin(key: str | None, label: str, over: dict, sets: dict, fixed: dict, sw
     return f"lines.{label}" if line_has_table else None     # a rule across keys (e.g. heads vs width)
 
 
-def _case(suite: str, line: str, params: dict[str, Any], metrics: tuple[str, ...]) -> Case:
+def make_case(suite: str, line: str, params: dict[str, Any], metrics: tuple[str, ...]) -> Case:
     if "arch" not in params:
         raise BenchInputError("no architecture: set `arch` in fixed, a line or the sweep", where="arch")
     arch = params.pop("arch")
@@ -212,3 +212,12 @@ def parse_set(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
             value = raw
         out[key.strip()] = value
     return out
+
+
+def case_from_record(rec: CaseRecord, metrics: tuple[str, ...]) -> Case:
+    """The case a stored record measured, to measure it again: its arch, the config fields that differ from
+    the architecture's defaults as overrides, and its workload."""
+    defaults = dataclasses.asdict(registry.resolve(rec.arch).config)
+    overrides = {k: v for k, v in rec.config.items() if k in defaults and defaults[k] != v}
+    workload = Workload(**{k: v for k, v in rec.workload.items() if k in WORKLOAD_KEYS})
+    return Case(rec.suite, rec.line, rec.arch, tuple(sorted(overrides.items())), workload, metrics)

@@ -314,7 +314,8 @@ class _Sampler:
 
 
 def measure_interleaved(fns: Sequence[Callable[[], object]], config: TimingConfig,
-                        device: torch.device | str = "cpu", seed: int = 0) -> list[TimingResult | BaseException]:
+                        device: torch.device | str = "cpu", seed: int = 0,
+                        before: Sequence[Callable[[], object]] | None = None) -> list[TimingResult | BaseException]:
     """Time several callables side by side: A and B (and C...) alternate in rounds, so drift of the machine
     (another job starting, clock or thermal changes) hits every side alike and a ratio of round medians
     cancels it.
@@ -327,7 +328,8 @@ def measure_interleaved(fns: Sequence[Callable[[], object]], config: TimingConfi
        within the same round. ``harness.stats.paired_ratio`` turns two of them into a ratio whose interval is
        the spread of the per-round ratios (drift included); ``round_summary`` gives one side's drift.
     A callable that raises is reported by its exception in place of a result and leaves the later rounds;
-    the others go on.
+    the others go on. ``before[i]``, when given, runs untimed before callable i is prepared and before each of
+    its rounds (e.g. its thread count: cases of one group may differ in it).
     """
     dev = torch.device(device)
     t_start = time.perf_counter()
@@ -335,8 +337,10 @@ def measure_interleaved(fns: Sequence[Callable[[], object]], config: TimingConfi
     per_min_n = max(1, math.ceil(config.min_samples / r))
     per_min_s, per_max_s = config.min_time_s / r, config.max_time_s / r
     out: list[_Sampler | BaseException] = []
-    for fn in fns:
+    setup = list(before) if before is not None else [lambda: None] * len(fns)
+    for fn, pre in zip(fns, setup):
         try:
+            pre()
             out.append(_Sampler(fn, config, dev))
         except Exception as exc:  # noqa: BLE001 — one side's failure is its result
             out.append(exc)
@@ -348,8 +352,9 @@ def measure_interleaved(fns: Sequence[Callable[[], object]], config: TimingConfi
             s = out[i]
             if isinstance(s, BaseException):
                 continue
-            n0, t0 = len(s.samples), time.perf_counter()
             try:
+                setup[i]()
+                n0, t0 = len(s.samples), time.perf_counter()
                 while True:
                     s.sample()
                     elapsed = time.perf_counter() - t0

@@ -13,7 +13,8 @@ from typing import Any
 
 import pandas as pd
 
-from harness.records import CaseRecord
+from harness.records import CaseRecord, RunRecord
+from harness.stats import SAME_REL_TOL, paired_ratio
 from harness.stats import compare as compare_samples
 from reports.frames import sweep_axis
 
@@ -68,3 +69,40 @@ def env_differences(env_a: Mapping[str, Any], env_b: Mapping[str, Any]) -> list[
     """The ``hard`` fingerprint keys whose values differ between two runs (sorted)."""
     ha, hb = (env_a or {}).get("hard", {}), (env_b or {}).get("hard", {})
     return sorted(k for k in ha.keys() | hb.keys() if ha.get(k) != hb.get(k))
+
+
+def pair_records(records_a: list[CaseRecord], records_b: list[CaseRecord], run_a: RunRecord, run_b: RunRecord
+                 ) -> list[tuple[CaseRecord, CaseRecord]]:
+    """The ok cases of two runs, paired: by ``case_key`` when they share cases; otherwise (two settings of one
+    suite, e.g. ``--set dtype=bf16``) by line and the values of the sweep keys."""
+    ok_a, ok_b = [r for r in records_a if r.ok], [r for r in records_b if r.ok]
+    by_b = {r.case_key: r for r in ok_b}
+    shared = [(r, by_b[r.case_key]) for r in ok_a if r.case_key in by_b]
+    if shared:
+        return shared
+    sweep = sorted(set(run_a.spec.sweep if run_a.spec else ()) | set(run_b.spec.sweep if run_b.spec else ()))
+
+    def point(r: CaseRecord) -> tuple:
+        return (r.line, *(str(r.value(k)) for k in sweep))
+    by_point = {point(r): r for r in ok_b}
+    return [(r, by_point[point(r)]) for r in ok_a if point(r) in by_point]
+
+
+def interleaved_rows(pairs: list[tuple[CaseRecord, CaseRecord]], measured: list[CaseRecord]) -> list[dict[str, Any]]:
+    """Per pair, B over A from a re-measurement side by side (``measured``: A's case then B's, pair by pair):
+    the paired per-round ratio with its interval; "same" when the interval holds 1 or the ratio is within
+    ``SAME_REL_TOL`` of 1."""
+    rows = []
+    for (ra, rb), (ma, mb) in zip(pairs, zip(measured[::2], measured[1::2])):
+        row: dict[str, Any] = {"line": ra.line, "arch": ra.arch, "label": ra.params(), "a_status": ma.status,
+                               "b_status": mb.status}
+        if ma.ok and mb.ok and ma.rounds and len(ma.rounds) == len(mb.rounds) >= 2:
+            pr = paired_ratio(mb.samples_s, mb.rounds, ma.samples_s, ma.rounds)
+            same = pr.ci_low <= 1.0 <= pr.ci_high or abs(pr.ratio - 1) < SAME_REL_TOL
+            row.update(ratio=pr.ratio, ci_low=pr.ci_low, ci_high=pr.ci_high, rounds=pr.n_rounds,
+                       a_median_ms=ma.metric("median_ms"), b_median_ms=mb.metric("median_ms"),
+                       verdict="same" if same else ("faster" if pr.ratio < 1 else "slower"))
+        else:
+            row.update(verdict="failed", message=ma.message or mb.message)
+        rows.append(row)
+    return rows

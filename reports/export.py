@@ -1,5 +1,6 @@
 """Exports of one run: JSON (a list, one object per case), CSV (the same, flattened), Parquet (the wide
-frame) and tidy CSV (one row per case × metric).
+frame), tidy CSV (one row per case × metric) and pytest-benchmark's JSON (one benchmark per timed case, for
+``pytest-benchmark compare`` and github-action-benchmark's ``tool: pytest``).
 
 The tabular formats carry ``achieved_flops_per_s`` and, for runs that stored a measured peak,
 ``peak_share``; both are derived from stored data at export time.
@@ -8,6 +9,9 @@ from __future__ import annotations
 
 import io
 import json
+import math
+import statistics
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -16,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from harness.records import CaseRecord, RunRecord
+from reports.check import case_params
 from reports.frames import tidy_frame, wide_frame
 
 CASE_FIELDS = ("case_key", "suite", "line", "arch", "status", "message", "config", "workload", "metrics",
@@ -64,3 +69,86 @@ def to_parquet(run: RunRecord, records: Sequence[CaseRecord], path: str | Path) 
     frame = wide_frame(records, run.peak)
     frame.insert(0, "run_id", run.id)
     _arrow_safe(frame).to_parquet(path, index=False, engine="pyarrow")
+
+
+# -- pytest-benchmark ------------------------------------------------------------------------------------
+PYTEST_BENCHMARK_VERSION = "5.3.1"
+"""The pytest-benchmark release whose saved-JSON layout :func:`to_pytest_benchmark` writes."""
+
+
+def _quartiles(data: list[float]) -> tuple[float, float]:
+    """Q1 and Q3 as pytest-benchmark computes them (``Stats.q1``/``q3``: Wikipedia's methods 2 and 3)."""
+    n = len(data)
+    if n == 1:
+        return data[0], data[0]
+    if n % 2:
+        k, q = n // 4, n % 4
+        if q == 1:
+            return 0.25 * data[k - 1] + 0.75 * data[k], 0.75 * data[3 * k] + 0.25 * data[3 * k + 1]
+        return 0.75 * data[k] + 0.25 * data[k + 1], 0.25 * data[3 * k + 1] + 0.75 * data[3 * k + 2]
+    return statistics.median(data[: n // 2]), statistics.median(data[n // 2:])
+
+
+def pytest_benchmark_stats(samples_s: Sequence[float]) -> dict[str, Any]:
+    """pytest-benchmark's ``stats`` of per-call times in seconds (its ``Stats.as_dict()`` plus ``data`` and
+    ``iterations``), computed as pytest-benchmark computes them; ``rounds`` is the number of samples."""
+    data = [float(x) for x in samples_s]
+    s = sorted(data)
+    n = len(s)
+    mean = statistics.mean(s)
+    stddev = statistics.stdev(s) if n > 1 else 0.0
+    q1, q3 = _quartiles(s)
+    iqr = q3 - q1
+    ld15iqr = s[0] if n == 1 else s[bisect_left(s, q1 - 1.5 * iqr)]
+    hd15iqr = s[0] if n == 1 else s[bisect_right(s, q3 + 1.5 * iqr) - 1]
+    iqr_outliers = sum(x < q1 - 1.5 * iqr or x > q3 + 1.5 * iqr for x in s)
+    stddev_outliers = sum(x < mean - stddev or x > mean + stddev for x in s)
+    total = math.fsum(s)
+    return {"min": s[0], "max": s[-1], "mean": mean, "stddev": stddev, "rounds": n, "median": statistics.median(s),
+            "iqr": iqr, "q1": q1, "q3": q3, "iqr_outliers": iqr_outliers, "stddev_outliers": stddev_outliers,
+            "outliers": f"{stddev_outliers};{iqr_outliers}", "ld15iqr": ld15iqr, "hd15iqr": hd15iqr,
+            "ops": n / total if total else 0, "total": total, "data": data, "iterations": 1}
+
+
+def _machine_info(run: RunRecord) -> dict[str, Any]:
+    hard, soft = run.hard_env, dict(run.env.get("soft") or {})
+    platform = str(soft.get("platform") or "")
+    return {"node": soft.get("host") or "", "processor": hard.get("cpu") or "", "machine": "",
+            "python_compiler": "", "python_implementation": "CPython", "python_implementation_version":
+            hard.get("python") or "", "python_version": hard.get("python") or "", "python_build": [],
+            "release": "", "system": platform.split("-", 1)[0] if platform else "",
+            "cpu": {"brand_raw": hard.get("cpu") or "", "count": hard.get("cores")},
+            "bench_env": dict(run.env)}
+
+
+def _commit_info(run: RunRecord) -> dict[str, Any]:
+    soft = dict(run.env.get("soft") or {})
+    return {"id": run.commit or "unknown", "time": None, "author_time": None, "dirty": bool(soft.get("dirty")),
+            "project": "bench", "branch": "(unknown)"}
+
+
+def to_pytest_benchmark(run: RunRecord, records: Sequence[CaseRecord]) -> str:
+    """The run in the JSON layout pytest-benchmark saves (``.benchmarks/<machine>/NNNN_name.json``): one
+    benchmark per ok case with timing samples, ``name`` = ``line[param]`` where ``param`` is the case's
+    label values joined by ``-`` as pytest writes parameter ids (``params``: the same values by name,
+    :func:`reports.check.case_params`), ``fullname`` = ``suite::name``, ``group`` = the suite, and ``stats``
+    in seconds per call (one iteration per sample, so ``rounds`` is the number of samples).
+
+    ``pytest-benchmark compare FILE...`` reads it, and github-action-benchmark (``tool: pytest``) takes
+    ``benchmarks[].fullname``, ``stats.ops``, ``stats.stddev``, ``stats.rounds`` and ``stats.mean``."""
+    benchmarks = []
+    for r, params in zip(records, case_params(records)):
+        if not r.ok or not r.samples_s:
+            continue
+        param = "-".join(str(v) for v in params.values())
+        name = f"{r.line}[{param}]"
+        extra = {"case_key": r.case_key, "run_id": run.id, "arch": r.arch, "median_ms": r.metric("median_ms"),
+                 **{k: r.metric(k) for k in ("macs", "flops", "params", "peak_bytes") if r.metric(k) is not None}}
+        benchmarks.append({"group": run.suite, "name": name, "fullname": f"{run.suite}::{name}",
+                           "params": dict(params), "param": param, "extra_info": extra,
+                           "options": {"disable_gc": False, "timer": "perf_counter", "min_rounds": len(r.samples_s),
+                                       "max_time": None, "min_time": None, "warmup": None},
+                           "stats": pytest_benchmark_stats(r.samples_s)})
+    doc = {"machine_info": _machine_info(run), "commit_info": _commit_info(run), "benchmarks": benchmarks,
+           "datetime": run.finished_at or run.started_at, "version": PYTEST_BENCHMARK_VERSION}
+    return json.dumps(doc, indent=4, default=str) + "\n"

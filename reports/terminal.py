@@ -185,6 +185,25 @@ def compare_table(result: Comparison, a_id: str, b_id: str) -> Table:
     return table
 
 
+def interleaved_table(rows: list[dict[str, Any]], a_id: str, b_id: str) -> Table:
+    """Pairs re-measured side by side: A's and B's median, B/A over the rounds with its 95% interval, verdict."""
+    table = Table(title=f"B {b_id} vs A {a_id}, measured again side by side (ratio = B/A per round, 95% interval "
+                        "over rounds)", header_style="bold")
+    for col in ("line", "case", "A ms", "B ms", "ratio [95% CI]", "rounds", "verdict"):
+        table.add_column(col, justify="right" if col in ("A ms", "B ms", "ratio [95% CI]", "rounds") else "left")
+    style = {"faster": "green", "slower": "red", "same": "dim", "failed": "bold red"}
+    for r in rows:
+        case = " ".join(f"{k}={v}" for k, v in r["label"].items() if k != "arch")
+        if r["verdict"] == "failed":
+            table.add_row(r["line"], f"{r['arch']} {case}", "-", "-", r.get("message", "")[:60], "-",
+                          f"[{style['failed']}]failed[/]")
+            continue
+        table.add_row(r["line"], f"{r['arch']} {case}", f"{r['a_median_ms']:,.3f}", f"{r['b_median_ms']:,.3f}",
+                      f"{r['ratio']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]", str(r["rounds"]),
+                      f"[{style[r['verdict']]}]{r['verdict']}[/]")
+    return table
+
+
 _MARK = {"pass": "✓", "fail": "✗"}
 
 

@@ -1,0 +1,190 @@
+"""``bench baseline`` and ``bench check``: a CI regression gate against a committed baseline file, or against
+another commit of the code measured in the same job (``--against REF``)."""
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import click
+
+from cli.common import debug_option, err, load_plugins, out, plugin_option, show_logs, store_option
+from harness import session
+from harness.ab import interleave_versions, worktree
+from harness.env import fingerprint
+from harness.errors import BenchInputError
+from harness.executors import EXECUTORS, make_executor
+from harness.records import CaseRecord, RunRecord
+from harness.runner import RunOptions
+from harness.spec import Case
+from harness.store import Store
+from harness.suite import Suite, load_suite, parse_set
+from reports.check import (CheckReport, baseline_document, busy_note, check_run, check_table, headline, load_baseline,
+                           markdown, parse_baseline, write_baseline)
+
+
+def _measure(store: Store, suite: Suite, cases: list[Case], opts: RunOptions, executor: str, quick: bool,
+             by: str) -> tuple[RunRecord, list[CaseRecord]]:
+    """Measure ``cases`` as a new run of ``suite`` in ``store`` (no calibration: the gate compares runs)."""
+    opened = session.open_run(store, suite, cases, resume=False, quick=quick, timeout=None, calibrate=False,
+                              extra_options={"by": by})
+    session.execute(store, opened.run_id, opened.todo, opts, executor,
+                    lambda r: err.print(f"  {r.line} {r.arch} → {r.status}"
+                                        + (f" {r.metric('median_ms'):.3g} ms" if r.metric("median_ms") else ""),
+                                        highlight=False))
+    run = store.get_run(opened.run_id)
+    return run, store.records(run.id)
+
+
+def _write(path: str, text: str, where: str) -> None:
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise BenchInputError(f"cannot write {path}: {exc.strerror}", where=where) from None
+
+
+@click.command("baseline")
+@click.argument("suite_ref", metavar="SUITE")
+@click.option("-o", "--output", required=True, metavar="FILE.json", help="The baseline file to write.")
+@click.option("--quick", is_flag=True, help="The suite's [quick] sizes and shorter timing.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Pin a suite key (repeatable).")
+@click.option("--executor", type=click.Choice(sorted(EXECUTORS)), default="process", show_default=True)
+@store_option
+@plugin_option
+@debug_option
+def baseline_cmd(suite_ref: str, output: str, quick: bool, sets: tuple[str, ...], executor: str,
+                 store_url: str | None, plugins: tuple[str, ...], debug: bool) -> None:
+    """Measure SUITE and write a baseline: every case's deterministic metrics (MACs, params, analytic and
+    tensor-peak bytes), RSS, timings with their raw samples in rounds, and the environment fingerprint."""
+    plugin_files = load_plugins(plugins)
+    suite = load_suite(suite_ref, quick=quick, sets=parse_set(sets))
+    if Path(output).is_dir():
+        raise BenchInputError(f"{output} is a directory", where="--output")
+    show_logs()
+    opts = session.run_options(quick, debug=debug, plugins=plugin_files)
+    run, records = _measure(Store(store_url), suite, list(suite.cases), opts, executor, quick, "bench baseline")
+    write_baseline(output, run, records)
+    bad = [r for r in records if not r.ok]
+    out.print(f"wrote {output}: {len(records)} cases of {suite.name} (run {run.id})"
+              + (f"; {len(bad)} not ok: " + ", ".join(f"{r.line} {r.status}" for r in bad) if bad else ""),
+              highlight=False, soft_wrap=True)
+
+
+def _remeasure(cases: list[Case], opts: RunOptions, executor: str) -> dict[str, CaseRecord]:
+    """The inconclusive cases measured once more, side by side in one worker, with twice the sampling time."""
+    longer = dataclasses.replace(opts, interleave=True, timing=dataclasses.replace(
+        opts.timing, min_time_s=2 * opts.timing.min_time_s, max_time_s=2 * opts.timing.max_time_s))
+    ex = make_executor(executor)
+    try:
+        return {r.case_key: r for r in ex.run(cases, longer)}
+    finally:
+        ex.close()
+
+
+@click.command("check")
+@click.argument("suite_ref", metavar="SUITE")
+@click.option("--baseline", "baseline_path", default=None, metavar="FILE.json",
+              help="The baseline to check against (written by `bench baseline`).")
+@click.option("--against", "ref", default=None, metavar="GIT_REF",
+              help="Check against another commit instead: its code and this checkout's, timed in alternating "
+                   "worker processes in this job.")
+@click.option("--quick", is_flag=True, help="The suite's [quick] sizes and shorter timing.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Pin a suite key (repeatable).")
+@click.option("--markdown", "markdown_path", default=None, metavar="FILE.md",
+              help="Also write the summary as Markdown (a pull-request comment).")
+@click.option("--gate-timing/--no-gate-timing", default=None,
+              help="Gate timings even against a baseline from another machine (default: only on the same "
+                   "hardware and software); --no-gate-timing gates only the deterministic metrics.")
+@click.option("--executor", type=click.Choice(sorted(EXECUTORS)), default="process", show_default=True)
+@store_option
+@plugin_option
+@debug_option
+def check_cmd(suite_ref: str, baseline_path: str | None, ref: str | None, quick: bool, sets: tuple[str, ...],
+              markdown_path: str | None, gate_timing: bool | None, executor: str, store_url: str | None,
+              plugins: tuple[str, ...], debug: bool) -> None:
+    """Measure SUITE again and give each case a verdict against a baseline: deterministic metrics must be
+    equal, timings regressed / improved / unchanged / inconclusive (inconclusive ones are measured once more).
+    Exits 1 when a case regressed, changed or failed; 0 otherwise; 2 on bad input."""
+    if (baseline_path is None) == (ref is None):
+        raise click.UsageError("give exactly one of --baseline FILE.json and --against GIT_REF")
+    plugin_files = load_plugins(plugins)
+    suite = load_suite(suite_ref, quick=quick, sets=parse_set(sets))
+    cases = list(suite.cases)
+    show_logs()
+    store = Store(store_url)
+    opts = session.run_options(quick, debug=debug, plugins=plugin_files)
+    if ref is None:
+        baseline = load_baseline(baseline_path)
+        if baseline.suite != suite.name:
+            raise BenchInputError(f"{baseline_path} is a baseline of suite {baseline.suite!r}, not {suite.name!r}",
+                                  where="--baseline")
+        if bool(baseline.quick) != quick:
+            raise BenchInputError(f"{baseline_path} was measured {'with' if baseline.quick else 'without'} --quick: "
+                                  f"check {'with' if baseline.quick else 'without'} it", where="--baseline")
+        run, records = _measure(store, suite, cases, opts, executor, quick, "bench check")
+        report = check_run(baseline, run, records, gate_timing=gate_timing)
+        todo = [c for c in cases if c.key in set(report.inconclusive_keys())]
+        if todo:
+            err.print(f"{len(todo)} inconclusive case(s): measuring them once more, side by side")
+            report = check_run(baseline, run, records, gate_timing=gate_timing,
+                               remeasured=_remeasure(todo, opts, executor))
+    else:
+        report = _check_against(store, suite, cases, opts, quick, ref, gate_timing)
+    _render(report, markdown_path)
+    sys.exit(1 if report.failed else 0)
+
+
+def _check_against(store: Store, suite: Suite, cases: list[Case], opts: RunOptions, quick: bool, ref: str,
+                   gate_timing: bool | None) -> CheckReport:
+    """REF's code and this checkout's, per case in alternating workers; both runs stored; timings paired."""
+    with worktree(ref) as tree:
+        err.print(f"measuring {len(cases)} cases with {ref} (baseline) and this checkout (candidate), "
+                  "alternating round by round")
+        pairs = interleave_versions(cases, opts, tree, on_pair=lambda b, c: err.print(
+            f"  {c.line} {c.arch}: {b.status}/{c.status}", highlight=False))
+        runs = {}
+        for side, label in ((0, f"{suite.name}@{ref}"), (1, suite.name)):
+            env = fingerprint(threads=max(c.workload.threads or 0 for c in cases) or None)
+            if side == 0:
+                env["soft"] = {**env["soft"], "commit": ref, "dirty": False}
+            run_id = store.create_run(label, suite.path, quick, len(cases), env,
+                                      {"by": "bench check --against", "ref": ref}, suite_text=suite.text,
+                                      spec=suite.spec)
+            for pair in pairs:
+                store.add_record(run_id, pair[side])
+            store.finish_run(run_id)
+            runs[side] = store.get_run(run_id)
+        base_records, cand_records = [p[0] for p in pairs], [p[1] for p in pairs]
+        doc = baseline_document(runs[0], base_records)
+        doc["suite"] = suite.name                    # stored as SUITE@REF, a baseline of SUITE
+        baseline = parse_baseline(doc, f"{ref} (measured now)")
+        report = check_run(baseline, runs[1], cand_records, gate_timing=gate_timing)
+        report = _pair(report, pairs, remeasured=False)
+        todo = [case for case in cases if case.key in set(report.inconclusive_keys())]
+        if todo:
+            err.print(f"{len(todo)} inconclusive case(s): measuring both versions of them once more")
+            report = _pair(report, interleave_versions(todo, opts, tree, seed=1))
+    return report
+
+
+def _pair(report: CheckReport, pairs: list[tuple[CaseRecord, CaseRecord]], remeasured: bool = True) -> CheckReport:
+    """Each case's timing re-judged as paired: both versions were measured in the same rounds."""
+    for base, cand in pairs:
+        if base.ok and cand.ok and base.rounds and len(base.rounds) == len(cand.rounds) >= 2:
+            report = report.replace_timing(cand.case_key, cand.samples_s, cand.rounds,
+                                           paired_base=(base.samples_s, base.rounds),
+                                           busy=busy_note(cand) or busy_note(base), remeasured=remeasured)
+    return report
+
+
+def _render(report: CheckReport, markdown_path: str | None) -> None:
+    for w in report.warnings:
+        err.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
+    out.print(check_table(report))
+    out.print(headline(report), highlight=False)
+    if markdown_path:
+        _write(markdown_path, markdown(report), "--markdown")
+        err.print(f"wrote {markdown_path}")
+
+
+COMMANDS = (baseline_cmd, check_cmd)
