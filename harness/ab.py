@@ -82,6 +82,7 @@ class Side:
     def start(self) -> None:
         ours, theirs = socket.socketpair()
         env = {**os.environ, "PYTHONPATH": str(self.tree), "BENCH_AB_FD": str(theirs.fileno()),
+               "BENCH_AB_PLUGINS": os.pathsep.join(self.plugins),
                ROOT_PID_ENV: os.environ.get(ROOT_PID_ENV, str(os.getpid()))}
         self.proc = subprocess.Popen([sys.executable, "-c", "from harness.ab_worker import serve; serve()"],
                                      cwd=self.tree, env=env, pass_fds=(theirs.fileno(),))
@@ -156,7 +157,8 @@ def interleave_versions(cases: Sequence[Case], opts: RunOptions, ref_tree: Path,
     """(baseline = REF's record, candidate = this checkout's record) per case. Each version runs in
     ``processes`` workers; per case every worker prepares it, then ``opts.timing.rounds`` rounds, each in a
     fresh random order of the two versions, round r timed by worker r mod ``processes`` of each."""
-    sides = {name: [Side(name, tree) for _ in range(processes)] for name, tree in (("base", ref_tree), ("cand", here))}
+    sides = {name: [Side(name, tree, opts.plugins) for _ in range(processes)]
+             for name, tree in (("base", ref_tree), ("cand", here))}
     rng = random.Random(seed)
     n_rounds = opts.timing.rounds
     out: list[tuple[CaseRecord, CaseRecord]] = []

@@ -37,6 +37,7 @@ def case_from(d: dict[str, Any]) -> Case:
 def serve() -> None:
     sock = socket.socket(fileno=int(os.environ["BENCH_AB_FD"]))
     conn = Connection(sock.detach())
+    plugins = tuple(p for p in os.environ.get("BENCH_AB_PLUGINS", "").split(os.pathsep) if p)
     registry.list_archs()
     held: dict[str, Any] = {}
     while True:
@@ -51,7 +52,7 @@ def serve() -> None:
             if cmd == "prepare":
                 held.clear()
                 case, timing = case_from(arg), TimingConfig(**extra)
-                opts = RunOptions(timing=timing)
+                opts = RunOptions(timing=timing, plugins=plugins)
                 got = prepare(case, opts)
                 if isinstance(got, CaseRecord):
                     conn.send(("done", asdict(got)))
@@ -82,7 +83,7 @@ def serve() -> None:
                 conn.send(("done", asdict(_record(p, timed.samples_s, timed.rounds, arg or ""))))
                 held.clear()
         except Exception as exc:  # noqa: BLE001 — the case's failure is its record
-            rec = _failed(p.case if p else case_from(arg), exc, held.get("opts") or RunOptions(),
+            rec = _failed(p.case if p else case_from(arg), exc, held.get("opts") or RunOptions(plugins=plugins),
                           config=p.config if p else {}, metrics=p.metrics if p else {})
             held.clear()
             conn.send(("done", asdict(rec)))

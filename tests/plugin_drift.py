@@ -1,0 +1,54 @@
+"""A test-only plug-in architecture (`drifty`) whose cost changes by environment variable, so a case keeps its
+identity (its case key) while its code "changes" between a baseline and a check:
+
+- ``BENCH_TEST_PAUSE_MS``: a busy-wait of that many milliseconds in forward (a slowdown no counter sees);
+- ``BENCH_TEST_WIDEN``: the hidden layer this many times wider (MACs, parameters and memory change).
+
+The forward busy-waits 2 ms on a wall-clock deadline besides its matmuls, so its time is set by the clock, not
+by the machine's luck: the gate's tests stay deterministic on a noisy machine. Loaded by file path (--plugin).
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch._subclasses.fake_tensor import is_fake
+
+from harness.registry import register
+from harness.spec import ArchSpec, Workload
+
+
+@dataclass(frozen=True)
+class DriftyConfig:
+    width: int = 64
+    base_ms: float = 2.0
+
+
+def _spin(ms: float) -> None:
+    end = time.perf_counter() + ms / 1e3
+    while time.perf_counter() < end:
+        pass
+
+
+class Drifty(nn.Module):
+    def __init__(self, cfg: DriftyConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        hidden = int(cfg.width * float(os.environ.get("BENCH_TEST_WIDEN", "1")))
+        self.up, self.down = nn.Linear(cfg.width, hidden), nn.Linear(hidden, cfg.width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, width) -> (B, width)
+        if not is_fake(x):
+            _spin(self.cfg.base_ms + float(os.environ.get("BENCH_TEST_PAUSE_MS", "0")))
+        return self.down(torch.relu(self.up(x)))
+
+
+def drifty_inputs(cfg: DriftyConfig, w: Workload, device: torch.device) -> tuple[torch.Tensor, ...]:
+    return (torch.randn(w.batch_size, cfg.width, device=device),)
+
+
+register(ArchSpec("drifty", "test", DriftyConfig(), Drifty, drifty_inputs,
+                  "test-only: a 2 ms busy-wait and an MLP whose pause and width change by environment variable"))

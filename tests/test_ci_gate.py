@@ -1,0 +1,124 @@
+"""The CI gate end to end through the CLI: `bench baseline`, then `bench check` against the file (A/A passes,
+an injected pause regresses, a wider layer changes MACs/params/memory exactly, a baseline from another machine
+warns and gates only the deterministic metrics), `--against` a git ref, bad input, and the exports users
+already run (pytest-benchmark's JSON)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PLUGIN = str(Path(__file__).with_name("plugin_drift.py"))
+BENCH = [sys.executable, "-m", "cli"]
+SUITE = """
+name = "gate"
+metrics = ["latency", "memory", "flops"]
+fixed = { arch = "drifty", batch_size = 4, threads = 1 }
+[lines]
+narrow = { width = 80 }
+wide = { width = 160 }
+"""
+
+
+def _bench(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([*BENCH, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+@pytest.fixture(scope="module")
+def gate(tmp_path_factory) -> dict[str, str]:
+    """A suite, a store and a baseline measured with nothing injected."""
+    d = tmp_path_factory.mktemp("gate")
+    suite = d / "gate.toml"
+    suite.write_text(SUITE)
+    paths = {"suite": str(suite), "store": f"sqlite:///{d / 's.sqlite'}", "baseline": str(d / "base.json"),
+             "dir": str(d)}
+    res = _bench("baseline", paths["suite"], "--quick", "-o", paths["baseline"], "--plugin", PLUGIN,
+                 "--executor", "inline", "--store", paths["store"])
+    assert res.returncode == 0, res.stderr
+    return paths
+
+
+def _check(gate: dict[str, str], *extra: str, env: dict[str, str] | None = None, baseline: str | None = None
+           ) -> subprocess.CompletedProcess:
+    md = str(Path(gate["dir"]) / "check.md")
+    return _bench("check", gate["suite"], "--quick", "--baseline", baseline or gate["baseline"], "--plugin", PLUGIN,
+                  "--executor", "inline", "--store", gate["store"], "--markdown", md, *extra, env=env)
+
+
+def test_the_baseline_holds_deterministic_metrics_timings_and_the_environment(gate):
+    doc = json.loads(Path(gate["baseline"]).read_text())
+    assert doc["suite"] == "gate" and doc["quick"] is True and doc["env"]["hard"]["torch"]
+    case = doc["cases"][0]
+    assert case["deterministic"]["macs"] > 0 and case["deterministic"]["params"] > 0
+    assert case["deterministic"]["peak_bytes"] > 0 and "rss_hwm_bytes" in case["tolerant"]
+    assert len(case["timing"]["samples_s"]) == sum(case["timing"]["rounds"]) and len(case["timing"]["rounds"]) == 5
+
+
+def test_an_a_a_rerun_is_not_a_regression(gate):
+    res = _check(gate)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "no regression" in res.stdout
+
+
+def test_an_injected_pause_is_a_regression(gate):
+    res = _check(gate, env={"BENCH_TEST_PAUSE_MS": "1.0"})           # 2 ms -> 3 ms, nothing counted changes
+    assert res.returncode == 1, res.stdout + res.stderr
+    md = (Path(gate["dir"]) / "check.md").read_text()
+    assert "regressed" in md and "❌" in md and "changed" not in md.split("<details>")[0]
+
+
+def test_ten_percent_more_macs_params_and_memory_are_caught_exactly(gate):
+    res = _check(gate, env={"BENCH_TEST_WIDEN": "1.1"})
+    assert res.returncode == 1, res.stdout + res.stderr
+    md = (Path(gate["dir"]) / "check.md").read_text()
+    for metric in ("macs", "params", "peak_bytes"):
+        assert metric in md, md
+    assert re.search(r"macs \d+ → \d+ \(\+10\.0%\)", md), md                 # hidden width 80 → 88
+
+
+def test_a_baseline_from_another_machine_warns_and_gates_only_deterministic_metrics(gate):
+    doc = json.loads(Path(gate["baseline"]).read_text())
+    doc["env"]["hard"]["cpu"] = "Another CPU @ 9 GHz"
+    other = Path(gate["dir"]) / "other.json"
+    other.write_text(json.dumps(doc))
+    res = _check(gate, env={"BENCH_TEST_PAUSE_MS": "1.0"}, baseline=str(other))
+    assert res.returncode == 0, res.stdout + res.stderr                # the slowdown is shown, not gated
+    assert "another environment" in res.stderr and "not gated" in res.stderr
+    res = _check(gate, env={"BENCH_TEST_WIDEN": "1.1"}, baseline=str(other))
+    assert res.returncode == 1                                        # MACs still gate
+
+
+def test_bad_input_is_one_line_and_exit_2(gate, tmp_path):
+    garbage = tmp_path / "garbage.json"
+    garbage.write_text("{not json")
+    for args in (("--baseline", str(garbage)), ("--baseline", str(tmp_path / "missing.json")),
+                 ("--against", "no-such-ref-xyz"), ("--baseline", gate["baseline"], "--against", "HEAD"), ()):
+        res = _bench("check", gate["suite"], "--quick", "--plugin", PLUGIN, "--store", gate["store"], *args)
+        assert res.returncode == 2, (args, res.stderr)
+        assert res.stderr.startswith("bench: error") and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    res = _bench("check", "ci", "--quick", "--baseline", gate["baseline"], "--store", gate["store"])
+    assert res.returncode == 2 and "suite 'gate'" in res.stderr
+
+
+def test_check_against_a_git_ref_times_both_versions_in_this_job(gate):
+    res = _bench("check", gate["suite"], "--quick", "--against", "HEAD", "--plugin", PLUGIN, "--store", gate["store"],
+                 "--set", "width=80")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "paired" in res.stdout and "no regression" in res.stdout and "error" not in res.stderr
+
+
+def test_export_for_pytest_benchmark(gate):
+    out = Path(gate["dir"]) / "pb.json"
+    run = json.loads(Path(gate["baseline"]).read_text())["run_id"]
+    res = _bench("export", run, "--format", "pytest-benchmark", "-o", str(out), "--store", gate["store"])
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(out.read_text())
+    assert {b["group"] for b in doc["benchmarks"]} == {"gate"}
+    assert all(b["stats"]["ops"] > 0 and b["stats"]["rounds"] > 0 for b in doc["benchmarks"])
