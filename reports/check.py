@@ -729,7 +729,8 @@ def markdown(report: CheckReport) -> str:
     """What a pull-request comment shows: the headline, the warnings, the cases that are not ``ok``, then every
     case in a collapsible ``<details>`` block."""
     out = [f"### {headline(report)}", ""]
-    gate = ("timing gated" if report.timing_gated else "timing **not gated** (another environment)")
+    gate = ("timing gated" if report.timing_gated else "timing **not gated** ("
+            + ("another environment" if report.env_differences else "--no-gate-timing") + ")")
     floor = f"a timing counts beyond max({100 * MIN_EFFECT:.0f}%, {NOISE_MULTIPLE:g}× round CV) with p < {ALPHA:g}"
     commit = f" (commit `{report.baseline_commit[:10]}`)" if report.baseline_commit else ""
     out += [f"Suite `{report.suite}` against the baseline of {report.baseline_created or '?'}{commit}: {gate}; "
