@@ -2,6 +2,7 @@
 and torchvision's published metadata (ImageNet top-1, MACs) beside our measurements."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -108,9 +109,9 @@ def vit_vs_effnet(ctx: Context) -> Evidence:
     ev.figures["latency_ratio"] = median_ratio(vit, eff, "batch-1 latency on this CPU")
     b, big = _largest_batch(ctx)
     if "vit-b16" in big and "efficientnet-b0" in big:
-        ev.figures["throughput_ratio"] = Figure(big["efficientnet-b0"].metrics["throughput_per_s"]
-                                                / big["vit-b16"].metrics["throughput_per_s"], unit="×",
-                                                note=f"images/s at batch {b}, EfficientNet-B0 / ViT-B/16")
+        ev.figures["throughput_ratio"] = median_ratio(big["vit-b16"], big["efficientnet-b0"],
+                                                      f"images/s at batch {b}, EfficientNet-B0 / ViT-B/16 "
+                                                      "(= ViT's time over EfficientNet's at the same batch)")
     else:
         ev.unavailable["throughput_ratio"] = "the suite run has no batch > 1 for both models"
     _mark_missing(ev, PROBES["vit_vs_effnet"][1], by, ("vit-b16", "efficientnet-b0"))
@@ -123,19 +124,27 @@ def _rate(r: dict[str, Any] | None) -> float | None:
     return None if r is None else rates(r).get("achieved_flops_per_s")
 
 
+def rate_ratio(a: Any, b: Any, note: str) -> Figure:
+    """a's achieved FLOP/s over b's: the counted FLOPs' ratio (exact) times b's time over a's (timed side by
+    side: the paired ratio with its interval, see :func:`claims.probes.median_ratio`)."""
+    t = median_ratio(b, a)
+    k = a.metrics["flops"] / b.metrics["flops"]
+    return replace(t, value=t.value * k, lo=None if t.lo is None else t.lo * k, hi=None if t.hi is None else t.hi * k,
+                   note=f"{note}; FLOPs ratio {k:.3g} × time ratio ({t.note})")
+
+
 @probe("matmul_friendly", figures=("vit_over_resnet_rate", "swin_over_resnet_latency", "vit_peak_share",
                                    "vit_over_resnet_rate_batch", "gpu_vit_over_resnet_rate"))
 def matmul_friendly(ctx: Context) -> Evidence:
     ev, by = _batch1(ctx)
     vit, res, swin = by.get("vit-b16"), by.get("resnet50"), by.get("swin-t")
     if vit and res and _rate(vit) and _rate(res):
-        ev.figures["vit_over_resnet_rate"] = Figure(_rate(vit) / _rate(res), unit="×",
-                                                    note="achieved FLOP/s, ViT-B/16 / ResNet-50, batch 1")
+        ev.figures["vit_over_resnet_rate"] = rate_ratio(vit, res, "achieved FLOP/s, ViT-B/16 / ResNet-50, batch 1")
     ev.figures["swin_over_resnet_latency"] = median_ratio(swin, res, "Swin-T (4.5 GMACs) / ResNet-50 (4.1 GMACs)")
     b, big = _largest_batch(ctx)
     if "vit-b16" in big and "resnet50" in big and _rate(big["vit-b16"]) and _rate(big["resnet50"]):
-        ev.figures["vit_over_resnet_rate_batch"] = Figure(_rate(big["vit-b16"]) / _rate(big["resnet50"]), unit="×",
-                                                          note=f"achieved FLOP/s, ViT-B/16 / ResNet-50, batch {b}")
+        ev.figures["vit_over_resnet_rate_batch"] = rate_ratio(big["vit-b16"], big["resnet50"],
+                                                              f"achieved FLOP/s, ViT-B/16 / ResNet-50, batch {b}")
     ev.unavailable["gpu_vit_over_resnet_rate"] = ("needs a GPU: the document means accelerators (GPU/TPU matmul "
                                                   "units); this run is on the CPU")
     run = ctx.suite("vit_vs_cnn")[0]
