@@ -58,8 +58,12 @@ def cases_table(records: Sequence[CaseRecord], axis: str | None, title: str = ""
     """
     archs = sorted({r.arch for r in records})
     show_arch = len(archs) > 1
-    notes = [r.message.splitlines()[0][:90] if r.message else ("noisy" if r.metric("noisy") else "")
-             for r in records]
+    def note(r: CaseRecord) -> str:
+        flags = [f for f, on in (("noisy", r.metric("noisy")),
+                                 (f"busy machine ({r.metric('load_others_cores') or 0:.1f} cores)", r.metric("load_busy")))
+                 if on]
+        return r.message.splitlines()[0][:90] if r.message else ", ".join(flags)
+    notes = [note(r) for r in records]
     table = Table(title=title if show_arch else f"{title} · {archs[0] if archs else ''}", header_style="bold")
     cols = [("line", "left")] + ([("arch", "left")] if show_arch else []) + [
         (axis or "case", "right"), ("status", "left"), ("median ms", "right"), ("95% CI ms", "right"),

@@ -206,3 +206,22 @@ def test_cli_exit_0_when_cases_only_oom_or_time_out(tmp_path):
     assert res.returncode == 0, res.stderr
     rows = _latest_rows(url)
     assert {k: r.status for k, r in rows.items()} == {"fine": "ok", "hangs": "timeout", "no_memory": "oom"}
+
+
+def test_an_interleaved_group_whose_worker_dies_is_run_case_by_case():
+    """A sweep point timed side by side in one worker: when a case kills that worker (the kernel's OOM killer)
+    or hangs it, the group's cases are measured again one by one, so the one at fault is recorded and the
+    others are measured; the sweep goes on."""
+    import dataclasses
+    cases = [dataclasses.replace(faulty_case(line, b), point=0) for line, b in
+             (("fine", "ok"), ("killer", "sigkill"), ("also fine", "ok"))]
+    cases.append(dataclasses.replace(faulty_case("next point", "ok"), point=1))
+    opts = RunOptions(timing=FAST, timeout_s=HANG_TIMEOUT_S, plugins=(PLUGIN,), interleave=True)
+    ex = ProcessExecutor()
+    try:
+        recs = {r.line: r for r in ex.run(cases, opts)}
+    finally:
+        ex.close()
+    assert recs["killer"].status == "oom"
+    assert recs["fine"].ok and recs["also fine"].ok and recs["next point"].ok
+    assert not recs["fine"].group                                  # measured alone after the group was lost
