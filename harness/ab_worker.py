@@ -11,10 +11,8 @@ file descriptor is in ``BENCH_AB_FD``, in plain dicts (no class crosses between 
 """
 from __future__ import annotations
 
-import math
 import os
 import socket
-import time
 from dataclasses import asdict
 from multiprocessing.connection import Connection
 from typing import Any
@@ -24,9 +22,9 @@ import torch
 from harness import registry
 from harness.load import LoadMonitor
 from harness.records import CaseRecord
-from harness.runner import Prepared, RunOptions, _failed, _record, add_timing, measure_memory, prepare
+from harness.runner import Prepared, RunOptions, failed_record, ok_record, add_timing, measure_memory, prepare
 from harness.spec import Case, Workload
-from harness.timing import TimingConfig, _Sampler
+from harness.timing import TimingConfig, Sampler
 
 
 def case_from(d: dict[str, Any]) -> Case:
@@ -62,28 +60,19 @@ def serve() -> None:
                 monitor = LoadMonitor()
                 monitor.start()
                 held.update(p=got, opts=opts, monitor=monitor,
-                            sampler=_Sampler(got.step, timing, torch.device(case.workload.device)))
+                            sampler=Sampler(got.step, timing, torch.device(case.workload.device)))
                 conn.send(("ready", None))
             elif cmd == "round":
-                s, cfg = held["sampler"], held["opts"].timing
-                per_min_n = max(1, math.ceil(cfg.min_samples / cfg.rounds))
-                per_min_s, per_max_s = cfg.min_time_s / cfg.rounds, cfg.max_time_s / cfg.rounds
-                n0, t0 = len(s.samples), time.perf_counter()
-                while True:
-                    s.sample()
-                    elapsed = time.perf_counter() - t0
-                    if (len(s.samples) - n0 >= per_min_n and elapsed >= per_min_s) or elapsed >= per_max_s:
-                        break
-                s.rounds.append(len(s.samples) - n0)
+                held["sampler"].take_round(held["opts"].timing)
                 conn.send(("ok", None))
             elif cmd == "finish":
                 s = held["sampler"]
                 timed = s.result(0.0)
                 add_timing(p, timed, held["monitor"].stop())
-                conn.send(("done", asdict(_record(p, timed.samples_s, timed.rounds, arg or ""))))
+                conn.send(("done", asdict(ok_record(p, timed.samples_s, timed.rounds, arg or ""))))
                 held.clear()
         except Exception as exc:  # noqa: BLE001 — the case's failure is its record
-            rec = _failed(p.case if p else case_from(arg), exc, held.get("opts") or RunOptions(plugins=plugins),
+            rec = failed_record(p.case if p else case_from(arg), exc, held.get("opts") or RunOptions(plugins=plugins),
                           config=p.config if p else {}, metrics=p.metrics if p else {})
             held.clear()
             conn.send(("done", asdict(rec)))

@@ -104,7 +104,7 @@ class Prepared:
     step: Callable[[], object]
 
 
-def _failed(case: Case, exc: BaseException, opts: RunOptions, **kw: Any) -> CaseRecord:
+def failed_record(case: Case, exc: BaseException, opts: RunOptions, **kw: Any) -> CaseRecord:
     """A case's failure as its record: ``oom`` for out-of-memory, ``error`` otherwise (one-line message)."""
     if isinstance(exc, BenchInputError):
         return case.record("error", str(exc), **kw)
@@ -151,7 +151,7 @@ def prepare(case: Case, opts: RunOptions) -> CaseRecord | Prepared:
         step = make_step(model, inputs, w.mode)
         return Prepared(case, spec, metrics, config, note, t0, model, inputs, step)
     except Exception as exc:  # noqa: BLE001 — a case's failure is a result, the sweep goes on
-        return _failed(case, exc, opts, config=config, metrics=metrics, duration_s=time.perf_counter() - t0)
+        return failed_record(case, exc, opts, config=config, metrics=metrics, duration_s=time.perf_counter() - t0)
 
 
 def add_timing(p: Prepared, timed: TimingResult, load: Load | None) -> None:
@@ -180,7 +180,7 @@ def measure_memory(p: Prepared) -> None:
             p.metrics["rss_delta_bytes"] = float(peak["rss_hwm_bytes"] - peak["rss_before_bytes"])
 
 
-def _record(p: Prepared, samples: tuple[float, ...] = (), rounds: tuple[int, ...] = (), group: str = ""
+def ok_record(p: Prepared, samples: tuple[float, ...] = (), rounds: tuple[int, ...] = (), group: str = ""
             ) -> CaseRecord:
     return p.case.record("ok", p.note, config=p.config, metrics=p.metrics, samples_s=samples, rounds=rounds,
                          group=group, duration_s=time.perf_counter() - p.t0)
@@ -200,9 +200,9 @@ def run_case(case: Case, opts: RunOptions) -> CaseRecord:
             add_timing(p, timed, monitor.stop())
         if "memory" in case.metrics:
             measure_memory(p)
-        return _record(p, timed.samples_s if timed else (), timed.rounds if timed else ())
+        return ok_record(p, timed.samples_s if timed else (), timed.rounds if timed else ())
     except Exception as exc:  # noqa: BLE001 — a case's failure is a result, the sweep goes on
-        return _failed(case, exc, opts, config=p.config, metrics=p.metrics, duration_s=time.perf_counter() - p.t0)
+        return failed_record(case, exc, opts, config=p.config, metrics=p.metrics, duration_s=time.perf_counter() - p.t0)
     finally:
         del p
         _release()
@@ -238,13 +238,13 @@ def run_group(cases: Sequence[Case], opts: RunOptions) -> list[CaseRecord]:
         load = monitor.stop()
         for p, res in zip(timed_cases, results):
             if isinstance(res, BaseException):
-                out[p.case.key] = _failed(p.case, res, opts, config=p.config, metrics=p.metrics,
+                out[p.case.key] = failed_record(p.case, res, opts, config=p.config, metrics=p.metrics,
                                           duration_s=time.perf_counter() - p.t0)
             else:
                 add_timing(p, res, load)
-                out[p.case.key] = _record(p, res.samples_s, res.rounds, group)
+                out[p.case.key] = ok_record(p, res.samples_s, res.rounds, group)
         for p in built:
-            out.setdefault(p.case.key, _record(p))
+            out.setdefault(p.case.key, ok_record(p))
         built.clear()
         held = 0
         _release()
@@ -263,7 +263,7 @@ def run_group(cases: Sequence[Case], opts: RunOptions) -> list[CaseRecord]:
             if "memory" in case.metrics:
                 measure_memory(p)
         except Exception as exc:  # noqa: BLE001
-            out[case.key] = _failed(case, exc, opts, config=p.config, metrics=p.metrics,
+            out[case.key] = failed_record(case, exc, opts, config=p.config, metrics=p.metrics,
                                     duration_s=time.perf_counter() - p.t0)
             continue
         built.append(p)

@@ -253,7 +253,7 @@ def measure(
     raise ValueError(f"unsupported device type for timing: {dev.type!r}")
 
 
-class _Sampler:
+class Sampler:
     """One callable prepared for interleaved timing: cold call, warm-up and block size done; ``sample()`` times
     one block of k calls (perf_counter on the CPU; CUDA events and a synchronize per block on a GPU)."""
 
@@ -307,6 +307,20 @@ class _Sampler:
             self.samples.append(per_call)
         return per_call
 
+    def take_round(self, config: TimingConfig) -> None:
+        """One round of blocked samples: at least ceil(min_samples / rounds) samples AND min_time_s / rounds of
+        sampling, or max_time_s / rounds (with at least one sample)."""
+        r = config.rounds
+        per_min_n = max(1, math.ceil(config.min_samples / r))
+        per_min_s, per_max_s = config.min_time_s / r, config.max_time_s / r
+        n0, t0 = len(self.samples), time.perf_counter()
+        while True:
+            self.sample()
+            elapsed = time.perf_counter() - t0
+            if (len(self.samples) - n0 >= per_min_n and elapsed >= per_min_s) or elapsed >= per_max_s:
+                break
+        self.rounds.append(len(self.samples) - n0)
+
     def result(self, total_s: float) -> TimingResult:
         return TimingResult(cold_s=self.cold_s, samples_s=tuple(self.samples), block_size=self.k,
                             warmup_calls=self.n_warm, total_s=total_s,
@@ -333,19 +347,16 @@ def measure_interleaved(fns: Sequence[Callable[[], object]], config: TimingConfi
     """
     dev = torch.device(device)
     t_start = time.perf_counter()
-    r = config.rounds
-    per_min_n = max(1, math.ceil(config.min_samples / r))
-    per_min_s, per_max_s = config.min_time_s / r, config.max_time_s / r
-    out: list[_Sampler | BaseException] = []
+    out: list[Sampler | BaseException] = []
     setup = list(before) if before is not None else [lambda: None] * len(fns)
     for fn, pre in zip(fns, setup):
         try:
             pre()
-            out.append(_Sampler(fn, config, dev))
+            out.append(Sampler(fn, config, dev))
         except Exception as exc:  # noqa: BLE001 — one side's failure is its result
             out.append(exc)
     rng = random.Random(seed)
-    for _ in range(r):
+    for _ in range(config.rounds):
         order = list(range(len(out)))
         rng.shuffle(order)
         for i in order:
@@ -354,15 +365,8 @@ def measure_interleaved(fns: Sequence[Callable[[], object]], config: TimingConfi
                 continue
             try:
                 setup[i]()
-                n0, t0 = len(s.samples), time.perf_counter()
-                while True:
-                    s.sample()
-                    elapsed = time.perf_counter() - t0
-                    if (len(s.samples) - n0 >= per_min_n and elapsed >= per_min_s) or elapsed >= per_max_s:
-                        break
+                s.take_round(config)
             except Exception as exc:  # noqa: BLE001
                 out[i] = exc
-                continue
-            s.rounds.append(len(s.samples) - n0)
     total = time.perf_counter() - t_start
     return [s if isinstance(s, BaseException) else s.result(total) for s in out]

@@ -137,3 +137,32 @@ def test_training_flops_come_from_the_counted_step_not_from_6nd(monkeypatch):
     assert moved.figures["flops_ratio_base"].value == pytest.approx(base / 2)
     assert moved.figures["six_nd_over_counted_base"].value == pytest.approx(
         ev.figures["six_nd_over_counted_base"].value / 2)
+
+
+def test_a_crossing_some_replicates_never_reach_has_an_unbounded_side_and_decides_nothing():
+    """Bootstrap replicates that never cross (inf) make the interval's upper side unbounded — not NaN, which
+    once let the point alone pass the rule."""
+    from claims.model import Rule
+    from claims.rules import check
+    boot = [0.9] * 380 + [math.inf] * 20
+    fig = cost.smaller_crossing({256: (0.9, boot, [0.5, 1.0, 2.0])})
+    assert fig.lo == pytest.approx(0.9) and fig.hi == math.inf and fig.has_interval
+    assert check(Rule("measured_crossover", "within", "near d", lo=0.5, hi=2.5), fig).status == "unsure"
+
+
+def _paired(arch: str, n: int, ms: float, drift: tuple[float, ...]) -> CaseRecord:
+    samples = tuple(ms / 1e3 * d for d in drift for _ in range(3))
+    return CaseRecord("k", "s", arch, arch, "ok", workload={"seq_len": n}, samples_s=samples, run_id="r",
+                      rounds=(3,) * len(drift), group=f"g{n}")
+
+
+def test_latency_crossover_timed_side_by_side_resamples_rounds():
+    """Both layers slowed 3x in the last rounds (drift shared by both sides): the paired crossing does not move."""
+    ns, drift = (128, 256, 512), (1.0, 1.0, 3.0, 3.0, 3.0)
+    att = [_paired("lra-exact", n, ms, drift) for n, ms in zip(ns, (1.0, 2.0, 8.0))]
+    rnn = [_paired("lstm-small", n, ms, drift) for n, ms in zip(ns, (2.0, 4.0, 8.0 / 1.5))]
+    point, boot, _ = cost.latency_crossover(att, rnn, 256)
+    plain, _, _ = cost.latency_crossover([_timed("lra-exact", n, ms) for n, ms in zip(ns, (1.0, 2.0, 8.0))],
+                                         [_timed("lstm-small", n, ms) for n, ms in zip(ns, (2.0, 4.0, 8.0 / 1.5))],
+                                         256)
+    assert point == pytest.approx(plain, rel=0.02) and all(b == pytest.approx(point) for b in boot)

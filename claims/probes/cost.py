@@ -370,7 +370,8 @@ def smaller_crossing(results: dict[int, tuple[float, list[float], list[float]]],
         return Figure(float("nan"), unit="× d", note="the attention layer is faster than the LSTM layer at every n "
                       "measured: the crossing lies beyond the largest n/d of the sweep")
     boot = np.min(np.array([r[1] for r in results.values()]), axis=0)
-    lo, hi = (float(np.percentile(boot, q)) for q in (2.5, 97.5))
+    # no interpolation: a replicate that never crosses (inf) makes that side unbounded, never NaN
+    lo, hi = (float(np.quantile(boot, q, method="inverted_cdf")) for q in (0.025, 0.975))
     return Figure(point, lo, hi, "× d", f"smallest over d ∈ {sorted(results)} of the n/d where the attention "
                   "layer's median latency first reaches the LSTM layer's, interpolated log-linearly from the n "
                   f"before it (d={d}); interval: bootstrap ({len(boot)} resamples) of the paired rounds when "
