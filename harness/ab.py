@@ -129,7 +129,8 @@ in the spread between rounds rather than pass for a difference between the versi
 
 def _merge(parts: list[tuple[CaseRecord, list[int]]], n_rounds: int) -> CaseRecord:
     """One record from the workers of one version: samples and rounds put back in round order, the timing
-    summary recomputed over all of them (the rest, counted metrics and memory, from the first worker)."""
+    summary recomputed over all of them (the rest, counted metrics and memory, from the first worker, the
+    only one that measures memory)."""
     by_round: dict[int, tuple[float, ...]] = {}
     for rec, which in parts:
         i = 0
@@ -165,8 +166,9 @@ def interleave_versions(cases: Sequence[Case], opts: RunOptions, ref_tree: Path,
     try:
         for case in cases:
             group = f"ab-{case.key}"
-            state = {name: [w.ask("prepare", case_dict(case), dataclasses.asdict(opts.timing), opts.timeout_s)
-                            for w in workers] for name, workers in sides.items()}
+            timing = dataclasses.asdict(opts.timing)
+            state = {name: [w.ask("prepare", case_dict(case), {"timing": timing, "memory": k == 0}, opts.timeout_s)
+                            for k, w in enumerate(workers)] for name, workers in sides.items()}
             which: dict[str, list[list[int]]] = {name: [[] for _ in range(processes)] for name in sides}
             for r in range(n_rounds):
                 order = list(sides)

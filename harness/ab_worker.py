@@ -4,7 +4,8 @@ Started by :mod:`harness.ab` as ``python -c "from harness.ab_worker import serve
 ``PYTHONPATH`` at one checkout, so every import below is that checkout's code. It talks over a socket whose
 file descriptor is in ``BENCH_AB_FD``, in plain dicts (no class crosses between the two versions):
 
-- ``("prepare", case, timing)``: fake pass, build, memory pass, warm-up; replies ``("ready", None)`` or
+- ``("prepare", case, {"timing": ..., "memory": bool})``: fake pass, build, memory pass (unless told not to),
+  warm-up; replies ``("ready", None)`` or
   ``("done", record)`` when the case ends there (skipped, failed, nothing to time);
 - ``("round", None, None)``: one round of samples (as :func:`harness.timing.measure_interleaved` takes them);
 - ``("finish", group, None)``: the case's record with its samples in rounds; ``("stop", ...)`` ends the worker.
@@ -49,13 +50,13 @@ def serve() -> None:
         try:
             if cmd == "prepare":
                 held.clear()
-                case, timing = case_from(arg), TimingConfig(**extra)
+                case, timing = case_from(arg), TimingConfig(**extra["timing"])
                 opts = RunOptions(timing=timing, plugins=plugins)
                 got = prepare(case, opts)
                 if isinstance(got, CaseRecord):
                     conn.send(("done", asdict(got)))
                     continue
-                if "memory" in case.metrics:
+                if "memory" in case.metrics and extra.get("memory", True):
                     measure_memory(got)
                 monitor = LoadMonitor()
                 monitor.start()
