@@ -155,6 +155,10 @@ def _check_against(store: Store, suite: Suite, cases: list[Case], opts: RunOptio
             store.finish_run(run_id)
             runs[side] = store.get_run(run_id)
         base_records, cand_records = [p[0] for p in pairs], [p[1] for p in pairs]
+        for b in base_records:
+            if b.status == "error":
+                err.print(f"[yellow]warning:[/] {ref} failed {b.line} {b.arch}: {b.message.splitlines()[0][:160]} "
+                          "(nothing to compare this case with)", highlight=False, soft_wrap=True)
         doc = baseline_document(runs[0], base_records)
         doc["suite"] = suite.name                    # stored as SUITE@REF, a baseline of SUITE
         baseline = parse_baseline(doc, f"{ref} (measured now)")

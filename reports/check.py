@@ -39,7 +39,7 @@ forces timing gating. ``gate_timing=None`` (the default) gates timing only when 
 ``False`` never gates it.
 
 **Case verdicts**, first that applies: ``missing`` (in the baseline, not in this run), ``new`` (only in this
-run; never gated), ``failed`` (an error or timeout now, or ok in the baseline and not ok now),
+run; never gated), ``failed`` (an error now — as `bench run` exits 1 on one — or ok in the baseline and not ok now),
 ``changed`` (a gated deterministic or tolerant
 metric moved), then the gated timing verdict ``regressed`` / ``inconclusive`` / ``improved``, else ``ok``.
 The check fails when any case is ``regressed``, ``changed``, ``failed`` or ``missing``.
@@ -498,7 +498,7 @@ class CheckRow:
         """One of :data:`VERDICTS` (the order of precedence is in the module docstring)."""
         if self.kind in ("missing", "new"):
             return self.kind
-        if self.status in ("error", "timeout") or (self.base_status == "ok" and self.status != "ok"):
+        if self.status == "error" or (self.base_status == "ok" and self.status != "ok"):
             return "failed"
         if self.changed:
             return "changed"
