@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -155,8 +156,13 @@ def page_problems(drv, path: Path) -> dict[str, list[str]]:
     drv.get(url)
     problems: dict[str, list[str]] = {name: [] for name in CHECKS}
 
-    # loads: the document finished loading, with a title and a heading
+    # loads: the document finished loading (within 60 s: a loaded machine is slow, not broken), with a title
+    # and a heading
+    deadline = time.monotonic() + 60
     state = drv.execute_script("return document.readyState")
+    while state != "complete" and time.monotonic() < deadline:
+        time.sleep(0.1)
+        state = drv.execute_script("return document.readyState")
     if state != "complete":
         problems["loads"].append(f"readyState {state}")
     if not drv.title.strip():
