@@ -29,7 +29,7 @@ bootstrap interval of :func:`harness.stats.compare` for unpaired timings, the pa
 version matches; any difference is ``changed``. On CUDA cases ``peak_bytes`` and ``activation_peak_bytes``
 come from the caching allocator and get the relative tolerance :data:`CUDA_PEAK_TOLERANCE` instead.
 **Tolerant metrics** (:data:`TOLERANT`: RSS and CUDA allocator peaks) are ``changed`` when they move by more
-than their stated relative tolerance (10 %).
+than their stated relative tolerance (RSS 50 %, CUDA allocator 10 %).
 
 **Environment.** The hard fingerprint keys of the baseline and the candidate
 (:func:`reports.compare.env_differences`) decide what is gated. Another torch version: deterministic
@@ -76,9 +76,12 @@ CUDA_PEAK_METRICS = ("peak_bytes", "activation_peak_bytes")
 CUDA_PEAK_TOLERANCE = 0.10
 """On CUDA cases the peaks in :data:`CUDA_PEAK_METRICS` come from the caching allocator: relative tolerance."""
 
-TOLERANT: dict[str, float] = {"rss_hwm_bytes": 0.10, "cuda_reserved_bytes": 0.10, "cuda_max_reserved_bytes": 0.10,
+TOLERANT: dict[str, float] = {"rss_hwm_bytes": 0.50, "cuda_reserved_bytes": 0.10, "cuda_max_reserved_bytes": 0.10,
                               "cuda_max_allocated_bytes": 0.10}
-"""Metrics that vary from run to run, each with the relative change that counts (``|new/old - 1| > tol``)."""
+"""Metrics that vary from run to run, each with the relative change that counts (``|new/old - 1| > tol``). RSS is
+the worker's whole resident set — torch's libraries and the allocator's arenas besides the tensors — and moved
+from 0.81 to 1.16 GB (+43 %) between runs of the same small suite on one machine, so only a change beyond 50 %
+counts (a leak, not noise); the exact tensor peak (``peak_bytes``) is the memory gate."""
 
 MIN_EFFECT = 0.05
 """The smallest timing change that counts (5 %), however steady the timings."""
