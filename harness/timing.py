@@ -121,47 +121,21 @@ def measure_cpu(fn: Callable[[], object], config: TimingConfig) -> TimingResult:
        it is re-evaluated only when n has grown by ~10% since the last evaluation.
     """
     clock = time.perf_counter
-    repeat = itertools.repeat
     t_start = clock()
-    fn()
-    cold_s = clock() - t_start
-
-    n_warm = 0
-    w_start = clock()
-    while True:
-        fn()
-        n_warm += 1
-        w_elapsed = clock() - w_start
-        if n_warm >= config.warmup_calls and w_elapsed >= config.warmup_s:
-            break
-    k = _block_size(w_elapsed / n_warm, config)
-    for _ in range(_CALIBRATION_STEPS if k > 1 else 0):
-        t0 = clock()
-        for _ in repeat(None, k):
-            fn()
-        block_s = clock() - t0
-        n_warm += k
-        if block_s >= config.min_sample_s:
-            break
-        k = _block_size(block_s / k, config)
-
-    samples: list[float] = []
-    append = samples.append
+    prepared = Sampler(fn, config, torch.device("cpu"))        # steps 1-3
+    samples = prepared.samples
     stop = _StopRule(config)
     s_start = clock()
     while True:
-        t0 = clock()
-        for _ in repeat(None, k):
-            fn()
+        prepared.sample()
         t1 = clock()
-        append((t1 - t0) / k)
         if stop.done(samples, t1 - s_start, t1 - t_start):
             break
     return TimingResult(
-        cold_s=cold_s,
+        cold_s=prepared.cold_s,
         samples_s=tuple(samples),
-        block_size=k,
-        warmup_calls=n_warm,
+        block_size=prepared.k,
+        warmup_calls=prepared.n_warm,
         total_s=clock() - t_start,
         clock="perf_counter",
         rounds=consecutive_rounds(len(samples), config.rounds),
@@ -254,13 +228,13 @@ def measure(
 
 
 class Sampler:
-    """One callable prepared for interleaved timing: cold call, warm-up and block size done; ``sample()`` times
-    one block of k calls (perf_counter on the CPU; CUDA events and a synchronize per block on a GPU)."""
+    """One callable prepared for timing — cold call, warm-up and block size, as ``measure_cpu`` describes —
+    then ``sample()`` times one block of k calls (perf_counter on the CPU; CUDA events and a synchronize per
+    block on a GPU). ``measure_cpu`` and ``measure_interleaved`` both take their samples through it."""
 
     def __init__(self, fn: Callable[[], object], config: TimingConfig, device: torch.device) -> None:
         self.fn, self.device, self.samples, self.rounds = fn, device, [], []
         self.cuda = device.type == "cuda"
-        t0 = time.perf_counter()
         self._sync()
         c0 = time.perf_counter()
         fn()
@@ -281,7 +255,6 @@ class Sampler:
             if block_s * self.k >= config.min_sample_s:
                 break
             self.k = _block_size(block_s, config)
-        self.spent_s = time.perf_counter() - t0
 
     def _sync(self) -> None:
         if self.cuda:

@@ -110,10 +110,7 @@ def median_ratio(a: CaseRecord | None, b: CaseRecord | None, note: str = "") -> 
         return Figure(float("nan"), unit="×", note="missing a case")
     busy = busy_reason([a, b])
     if interleaved(a, b):
-        pr = paired_ratio(a.samples_s, a.rounds, b.samples_s, b.rounds)
-        return Figure(pr.ratio, pr.ci_low, pr.ci_high, "×",
-                      (note + "; " if note else "") + f"timed side by side in {pr.n_rounds} rounds, interval over "
-                      "the per-round ratios", pr.n_rounds, busy=busy)
+        return _paired_figure(a, b, note, busy)
     return replace(samples_ratio(a.samples_s, b.samples_s, (note + "; " if note else "")
                                  + "not timed side by side: interval from one run's samples, drift not covered"),
                    busy=busy)
@@ -121,9 +118,15 @@ def median_ratio(a: CaseRecord | None, b: CaseRecord | None, note: str = "") -> 
 
 def timed_ratio(a: TimingResult, b: TimingResult, note: str = "", busy: str = "") -> Figure:
     """a over b for two timings from one :func:`harness.timing.measure_interleaved` call (paired rounds)."""
+    return _paired_figure(a, b, note, busy)
+
+
+def _paired_figure(a: CaseRecord | TimingResult, b: CaseRecord | TimingResult, note: str, busy: str) -> Figure:
+    """a over b from timings taken in the same rounds: :func:`harness.stats.paired_ratio` as a figure."""
     pr = paired_ratio(a.samples_s, a.rounds, b.samples_s, b.rounds)
     return Figure(pr.ratio, pr.ci_low, pr.ci_high, "×", (note + "; " if note else "")
-                  + f"timed side by side in {pr.n_rounds} rounds", pr.n_rounds, busy=busy)
+                  + f"timed side by side in {pr.n_rounds} rounds, interval over the per-round ratios", pr.n_rounds,
+                  busy=busy)
 
 
 def samples_ratio(a: Sequence[float], b: Sequence[float], note: str = "") -> Figure:
