@@ -162,8 +162,7 @@ def _check_against(store: Store, suite: Suite, cases: list[Case], opts: RunOptio
         doc = baseline_document(runs[0], base_records)
         doc["suite"] = suite.name                    # stored as SUITE@REF, a baseline of SUITE
         baseline = parse_baseline(doc, f"{ref} (measured now)")
-        report = check_run(baseline, runs[1], cand_records, gate_timing=gate_timing)
-        report = _pair(report, pairs, remeasured=False)
+        report = check_run(baseline, runs[1], cand_records, gate_timing=gate_timing, paired=True)
         todo = [case for case in cases if case.key in set(report.inconclusive_keys())]
         if todo:
             err.print(f"{len(todo)} inconclusive case(s): measuring both versions of them once more")
@@ -171,13 +170,13 @@ def _check_against(store: Store, suite: Suite, cases: list[Case], opts: RunOptio
     return report
 
 
-def _pair(report: CheckReport, pairs: list[tuple[CaseRecord, CaseRecord]], remeasured: bool = True) -> CheckReport:
-    """Each case's timing re-judged as paired: both versions were measured in the same rounds."""
+def _pair(report: CheckReport, pairs: list[tuple[CaseRecord, CaseRecord]]) -> CheckReport:
+    """Each case's timing re-judged on both versions measured again, in the same rounds (paired)."""
     for base, cand in pairs:
         if base.ok and cand.ok and base.rounds and len(base.rounds) == len(cand.rounds) >= 2:
             report = report.replace_timing(cand.case_key, cand.samples_s, cand.rounds,
                                            paired_base=(base.samples_s, base.rounds),
-                                           busy=busy_note(cand) or busy_note(base), remeasured=remeasured)
+                                           busy=busy_note(cand) or busy_note(base))
     return report
 
 

@@ -221,11 +221,9 @@ def run_group(cases: Sequence[Case], opts: RunOptions) -> list[CaseRecord]:
     would not fit beside those already built are measured in a next sub-group. Records come back in order."""
     out: dict[str, CaseRecord] = {}
     built: list[Prepared] = []
-    held = 0
-    budget_of: dict[str, float] = {}
+    budget: float | None = None          # a group is on one device (harness.executors.base.interleave_groups)
 
     def flush() -> None:
-        nonlocal held
         timed_cases = [p for p in built if "latency" in p.case.metrics]
         group = f"{timed_cases[0].case.key}+{len(timed_cases)}" if len(timed_cases) > 1 else ""
         monitor = LoadMonitor()
@@ -239,14 +237,13 @@ def run_group(cases: Sequence[Case], opts: RunOptions) -> list[CaseRecord]:
         for p, res in zip(timed_cases, results):
             if isinstance(res, BaseException):
                 out[p.case.key] = failed_record(p.case, res, opts, config=p.config, metrics=p.metrics,
-                                          duration_s=time.perf_counter() - p.t0)
+                                                duration_s=time.perf_counter() - p.t0)
             else:
                 add_timing(p, res, load)
                 out[p.case.key] = ok_record(p, res.samples_s, res.rounds, group)
         for p in built:
             out.setdefault(p.case.key, ok_record(p))
         built.clear()
-        held = 0
         _release()
 
     for case in cases:
@@ -254,9 +251,9 @@ def run_group(cases: Sequence[Case], opts: RunOptions) -> list[CaseRecord]:
         if isinstance(p, CaseRecord):
             out[case.key] = p
             continue
-        static = static_bytes(p.model, p.inputs)
-        budget = budget_of.setdefault(case.workload.device, opts.memory_budget_bytes
-                                      or memory.memory_budget(torch.device(case.workload.device)))
+        if budget is None:
+            budget = opts.memory_budget_bytes or memory.memory_budget(torch.device(case.workload.device))
+        held = sum(static_bytes(b.model, b.inputs) for b in built)      # the models kept built, with their inputs
         if built and held + p.metrics["est_peak_bytes"] > budget:
             flush()                       # measure those already built, then start a new sub-group with this one
         try:
@@ -264,10 +261,9 @@ def run_group(cases: Sequence[Case], opts: RunOptions) -> list[CaseRecord]:
                 measure_memory(p)
         except Exception as exc:  # noqa: BLE001
             out[case.key] = failed_record(case, exc, opts, config=p.config, metrics=p.metrics,
-                                    duration_s=time.perf_counter() - p.t0)
+                                          duration_s=time.perf_counter() - p.t0)
             continue
         built.append(p)
-        held += static
     if built:
         flush()
     return [out[c.key] for c in cases]

@@ -549,8 +549,8 @@ class CheckReport:
                 if r.timing is not None and r.timing_gated and r.timing.verdict == "inconclusive"]
 
     def replace_timing(self, case_key: str, cand_samples: Sequence[float], cand_rounds: Sequence[int] = (), *,
-                       paired_base: tuple[Sequence[float], Sequence[int]] | None = None, busy: str = "",
-                       remeasured: bool = True) -> CheckReport:
+                       paired_base: tuple[Sequence[float], Sequence[int]] | None = None, busy: str = ""
+                       ) -> CheckReport:
         """A new report with ``case_key``'s timing re-judged on a re-measurement of the candidate.
 
         ``paired_base``: ``(samples, rounds)`` of the baseline's code re-measured side by side with the candidate,
@@ -570,7 +570,7 @@ class CheckReport:
         if busy and verdict.verdict in ("regressed", "improved"):       # measured on a busy machine: decides nothing
             verdict = dataclasses.replace(verdict, verdict="inconclusive")
         notes = row.notes + ((busy,) if busy else ())
-        new = dataclasses.replace(row, timing=verdict, remeasured=remeasured or row.remeasured, notes=notes)
+        new = dataclasses.replace(row, timing=verdict, remeasured=True, notes=notes)
         return dataclasses.replace(self, rows=tuple(new if r.case_key == case_key else r for r in self.rows))
 
 
@@ -588,19 +588,23 @@ def not_on_busy(v: TimingVerdict | None, cand: CaseRecord) -> TimingVerdict | No
     return v
 
 
-def _timing_sides(base: BaselineCase, cand: CaseRecord) -> TimingVerdict | None:
+def _timing_sides(base: BaselineCase, cand: CaseRecord, paired: bool = False) -> TimingVerdict | None:
     if base.status != "ok" or not cand.ok or base.timing is None or not cand.samples_s:
         return None
     rounds = cand.rounds if cand.rounds and sum(cand.rounds) == len(cand.samples_s) else ()
-    return not_on_busy(timing_verdict(base.timing.samples_s, base.timing.rounds, cand.samples_s, rounds), cand)
+    paired = paired and len(rounds) >= 2 and len(rounds) == len(base.timing.rounds or ())
+    return not_on_busy(timing_verdict(base.timing.samples_s, base.timing.rounds, cand.samples_s, rounds,
+                                      paired=paired), cand)
 
 
 def check_run(baseline: Baseline, run: RunRecord, records: Sequence[CaseRecord], *,
-              gate_timing: bool | None = None, remeasured: Mapping[str, CaseRecord] | None = None) -> CheckReport:
+              gate_timing: bool | None = None, remeasured: Mapping[str, CaseRecord] | None = None,
+              paired: bool = False) -> CheckReport:
     """Check a measured run against a baseline, case by case (aligned on ``case_key``; the rules are in the
     module docstring). ``gate_timing``: None gates timing only when the hard environments match, True always,
     False never. ``remeasured``: re-measured records by case key, whose samples replace the run's for the
-    timing verdict (the same as :meth:`CheckReport.replace_timing` on each)."""
+    timing verdict (the same as :meth:`CheckReport.replace_timing` on each). ``paired``: the baseline was
+    measured in the same rounds as this run, side by side (``bench check --against``): timings are judged paired."""
     diffs = tuple(env_differences(baseline.env, run.env))
     same_torch = "torch" not in diffs
     timing_gated = (not diffs) if gate_timing is None else bool(gate_timing)
@@ -645,7 +649,7 @@ def check_run(baseline: Baseline, run: RunRecord, records: Sequence[CaseRecord],
         if busy_note(c):
             notes.append(busy_note(c))
         row = CheckRow(**ident, kind="both", status=c.status, base_status=b.status, findings=tuple(findings),
-                       timing=_timing_sides(b, c), timing_gated=timing_gated, notes=tuple(notes))
+                       timing=_timing_sides(b, c, paired), timing_gated=timing_gated, notes=tuple(notes))
         rows.append(row)
         ungated = [f.text for f in findings if not f.gated]
         if ungated:
