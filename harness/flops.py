@@ -12,6 +12,9 @@ Conventions (the stock counter's, kept unchanged):
   shared k/v head); k/v heads only enter the k/v projections.
 * Attention backward uses the stock convention of 5 matmuls (recomputed scores, dV, dP, dQ,
   dK), i.e. 2.5x the forward attention matmuls when the head dims are equal.
+* What a fused *causal* kernel executes is about half of that: :func:`fused_attention_call` gives,
+  per call of a fused attention op, the dense MACs and those its causal mask skips
+  (:func:`causal_scores`); :mod:`harness.kernels` sums them over a real step (``executed_macs``).
 
 Counting is shape-only, so it runs on fake tensors (:mod:`harness.fake`) at no cost: build the
 model with ``build_fake`` and make the inputs inside the same mode, then call
@@ -20,11 +23,16 @@ tensors give identical counts (``by_module`` included).
 
 What the stock counter (torch 2.14) misses and this module adds (:data:`EXTRA_FORMULAS`):
 
-* ``aten._scaled_dot_product_flash_attention_for_cpu`` and its ``_backward``: every SDPA call on
-  CPU (and on fake tensors placed on CPU) lands here and the stock counter counts it 0. The
-  k/v tensors keep their Hkv heads under ``enable_gqa=True``; the formula handles Hq != Hkv.
-* ``aten._scaled_dot_product_fused_attention_overrideable`` (+ backward): the SDPA backend of
-  out-of-tree devices (XPU, PrivateUse1); same formula.
+* Every fused attention op, forward and backward (:data:`FUSED_ATTENTION`): the SDPA kernels
+  ``aten._scaled_dot_product_{flash_attention_for_cpu, flash_attention, efficient_attention,
+  cudnn_attention, fused_attention_overrideable}`` (+ ``_backward``), the raw kernels they call
+  (``_flash_attention_*``, ``_efficient_attention_*``, ``_cudnn_attention_*``, (B, L, H, D) or packed
+  variable-length layouts) and MPS's ``_scaled_dot_product_attention_math_for_mps``. The CPU one the
+  stock counter counts 0; the CUDA ones it counts, but torch 2.11's formulas assert Hq == Hkv
+  ("query/key/value shapes are incompatible": every bf16 GQA case on the H100 failed in the fake
+  pass). k/v keep their Hkv heads under ``enable_gqa=True``; these formulas handle Hq != Hkv and
+  count the dense score matrix with the query heads, as above. Ops missing from a torch build are
+  skipped (looked up by name).
 * ``aten._native_multi_head_attention``: ``nn.MultiheadAttention``'s fused fast path (eval,
   no grad, batched self-attention): q/k/v in-projection, QKᵀ, AV and the out-projection in one
   op. torchvision's ViT-B/16 counts 11.27 GMACs instead of 17.56 without it.
@@ -101,17 +109,22 @@ from harness.traffic import ByteCounterMode
 
 __all__ = [
     "EXTRA_FORMULAS",
+    "FUSED_ATTENTION",
     "UNCOUNTED_CONTRACTIONS",
+    "AttentionCall",
     "DependencyTrace",
     "FlopCount",
     "FlopFormulaError",
+    "FusedAttention",
     "TracedOp",
     "UncountedFlopsError",
+    "causal_scores",
     "count_flops",
     "count_model",
     "count_params",
     "dependency_trace",
     "einsum_flops",
+    "fused_attention_call",
     "mha_flops",
     "sdpa_backward_flops",
     "sdpa_flops",
@@ -268,14 +281,6 @@ def _conv_backward_op(grad_out, x, w, bias_sizes, stride, padding, dilation, tra
     return fwd * (int(bool(output_mask[0])) + int(bool(output_mask[1])))
 
 
-def _sdpa_op(q, k, v, *args, **kwargs) -> int:
-    return sdpa_flops(q, k, v)
-
-
-def _sdpa_backward_op(grad_out, q, k, v, *args, **kwargs) -> int:
-    return sdpa_backward_flops(q, k, v)
-
-
 def _mm_op(a, b, *args, **kwargs) -> int:
     return _mm(a[0], a[1], b[1])
 
@@ -298,6 +303,160 @@ def _dot_op(x, y, *args, **kwargs) -> int:
 
 def _addbmm_op(self_shape, b1, b2, *args, **kwargs) -> int:
     return b1[0] * _mm(b1[1], b1[2], b2[2])
+
+
+# --------------------------------------------------------------------------------------------
+# Fused attention ops: every SDPA kernel's aten op, forward and backward, GQA-aware
+# --------------------------------------------------------------------------------------------
+
+Shape = tuple[int, ...]
+Align = Literal["top_left", "bottom_right"]
+
+
+def causal_scores(lq: int, lk: int, align: Align = "top_left") -> int:
+    """Scores a causal kernel computes for one (batch, head): query i sees key j when j <= i
+    (``"top_left"``, SDPA's ``is_causal``) or j <= i + lk - lq (``"bottom_right"``, flash-attn's own and
+    the efficient kernel's mask type 2). Square: n(n+1)/2. This is the exact lower triangle; real kernels
+    work in tiles (e.g. 64-128 rows on CUDA, up to 256 on the CPU) and also compute the part of each
+    diagonal tile above the diagonal, so they execute a little more (for n within one tile: everything)."""
+    if align == "top_left":
+        return lq * (lq + 1) // 2 if lq <= lk else lk * (lk + 1) // 2 + (lq - lk) * lk
+    off = lk - lq
+    return lq * (lq + 1) // 2 + lq * off if off >= 0 else lk * (lk + 1) // 2
+
+
+def _macs_per_score(d: int, dv: int, backward: bool) -> int:
+    """MACs per (query, key) pair: QKᵀ and AV forward (D + Dv); the backward's 5 matmuls (3D + 2Dv)."""
+    return 3 * d + 2 * dv if backward else d + dv
+
+
+@dataclass(frozen=True)
+class FusedAttention:
+    """How one fused attention aten op takes its arguments (by name, from its schema).
+
+    ``backend``: the SDPA backend it belongs to (``flash``, ``efficient``, ``cudnn``, ``flash_cpu``,
+    ``overrideable``, ``math_mps``); ``backward``: a backward op (its first argument is grad_out);
+    ``seq_first``: q/k/v are (B, L, H, D) rather than (B, H, L, D); ``varlen``: the names of (cum_seq_q,
+    cum_seq_k, max_q, max_k) for packed variable-length batches ((T, H, D) tensors), None if it takes
+    none; ``causal``: the argument that makes it causal (``is_causal``, or ``custom_mask_type``: 1
+    top-left, 2 bottom-right); ``align``: where ``is_causal``'s diagonal starts when Lq != Lk;
+    ``skips``: whether its causal mode skips the masked scores (the math kernel computes them all).
+    """
+
+    backend: str
+    backward: bool
+    seq_first: bool = False
+    varlen: tuple[str, str, str, str] | None = None
+    causal: str = "is_causal"
+    align: Align = "top_left"
+    skips: bool = True
+
+
+_FLASH_VARLEN = ("cum_seq_q", "cum_seq_k", "max_q", "max_k")
+_EFF_VARLEN = ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k")
+_FUSED_ATTENTION_ALL: dict[str, FusedAttention] = {
+    "_scaled_dot_product_flash_attention_for_cpu": FusedAttention("flash_cpu", False),
+    "_scaled_dot_product_flash_attention_for_cpu_backward": FusedAttention("flash_cpu", True),
+    "_scaled_dot_product_flash_attention": FusedAttention("flash", False),
+    "_scaled_dot_product_flash_attention_backward": FusedAttention("flash", True),
+    "_scaled_dot_product_efficient_attention": FusedAttention("efficient", False),
+    "_scaled_dot_product_efficient_attention_backward": FusedAttention("efficient", True),
+    "_scaled_dot_product_cudnn_attention": FusedAttention("cudnn", False),
+    "_scaled_dot_product_cudnn_attention_backward": FusedAttention("cudnn", True),
+    "_scaled_dot_product_fused_attention_overrideable": FusedAttention("overrideable", False),
+    "_scaled_dot_product_fused_attention_overrideable_backward": FusedAttention("overrideable", True),
+    "_flash_attention_forward": FusedAttention("flash", False, True, _FLASH_VARLEN, align="bottom_right"),
+    "_flash_attention_backward": FusedAttention("flash", True, True, _FLASH_VARLEN, align="bottom_right"),
+    "_efficient_attention_forward": FusedAttention("efficient", False, True, _EFF_VARLEN, "custom_mask_type"),
+    "_efficient_attention_backward": FusedAttention("efficient", True, True, _EFF_VARLEN, "custom_mask_type"),
+    "_cudnn_attention_forward": FusedAttention("cudnn", False, False, _FLASH_VARLEN),
+    "_cudnn_attention_backward": FusedAttention("cudnn", True, False, _FLASH_VARLEN),
+    "_scaled_dot_product_attention_math_for_mps": FusedAttention("math_mps", False, skips=False),
+}
+FUSED_ATTENTION: dict[str, FusedAttention] = {
+    name: spec for name, spec in _FUSED_ATTENTION_ALL.items() if hasattr(aten, name)}
+"""The fused attention ops of this torch build (aten packet name → how it takes its arguments)."""
+
+
+@dataclass(frozen=True)
+class AttentionCall:
+    """One call of a fused attention op: its backend, direction, the dense MACs the counter gives it
+    and the MACs its causal mask skips (0 unless causal): executed = dense_macs - skipped_macs."""
+
+    backend: str
+    backward: bool
+    dense_macs: int
+    skipped_macs: int
+
+
+def _bind(schema: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """An op call's arguments by name (defaults filled in) from its schema."""
+    bound = {a.name: a.default_value for a in schema.arguments if a.has_default_value()}
+    bound.update(zip((a.name for a in schema.arguments), args))
+    bound.update(kwargs)
+    return bound
+
+
+def _lengths(offsets: Any, max_len: Any, n: int) -> list[int]:
+    """Sequence lengths of a packed batch from its cumulative offsets; every one ``max_len`` when the offsets
+    hold no data (fake or meta tensors: the count is then an upper bound, as the stock formulas do)."""
+    from torch._subclasses.fake_tensor import is_fake
+    if isinstance(offsets, torch.Tensor) and not is_fake(offsets) and offsets.device.type != "meta":
+        return [int(x) for x in offsets.diff().tolist()]
+    return [int(max_len)] * n
+
+
+def _attention_shapes(spec: FusedAttention, bound: dict[str, Any]) -> list[tuple[Shape, Shape, Shape]]:
+    """The (B, H, L, D) shapes of q, k, v of each attention one fused op call computes (one per sequence
+    of a packed batch)."""
+    q, k, v = bound["query"], bound["key"], bound["value"]
+    if spec.varlen is not None and bound.get(spec.varlen[0]) is not None:     # packed: (T, H, D) each
+        cum_q, cum_k, max_q, max_k = (bound[name] for name in spec.varlen)
+        n = int(cum_q.shape[0]) - 1
+        (hq, d), (hkv, dk), (hv, dv) = (tuple(t.shape[-2:]) for t in (q, k, v))
+        return [((1, hq, lq, d), (1, hkv, lk, dk), (1, hv, lk, dv))
+                for lq, lk in zip(_lengths(cum_q, max_q, n), _lengths(cum_k, max_k, n), strict=True)]
+    shapes = [tuple(int(x) for x in t.shape) for t in (q, k, v)]
+    if spec.seq_first:                                                          # (B, L, H, D) -> (B, H, L, D)
+        shapes = [(*s[:-3], s[-2], s[-3], s[-1]) for s in shapes]
+    return [tuple(shapes)]                                                      # type: ignore[list-item]
+
+
+def _causal_align(spec: FusedAttention, bound: dict[str, Any]) -> Align | None:
+    flag = bound.get(spec.causal)
+    if spec.causal == "custom_mask_type":
+        return {1: "top_left", 2: "bottom_right"}.get(int(flag or 0))
+    return spec.align if flag else None
+
+
+def fused_attention_call(func: Any, args: Sequence[Any], kwargs: dict[str, Any] | None = None
+                         ) -> AttentionCall | None:
+    """The MACs of one call ``func(*args, **kwargs)`` of a fused attention op (an ``OpOverload``), dense and
+    skipped by its causal mask; None when ``func`` is not one of :data:`FUSED_ATTENTION`. GQA/MQA: counted
+    with the query heads, whatever the k/v heads."""
+    spec = FUSED_ATTENTION.get(getattr(getattr(func, "_overloadpacket", func), "__name__", ""))
+    if spec is None:
+        return None
+    bound = _bind(func._schema, args, kwargs or {})
+    align = _causal_align(spec, bound) if spec.skips else None
+    dense = skipped = 0
+    for qs, ks, vs in _attention_shapes(spec, bound):
+        flops = (sdpa_backward_flops if spec.backward else sdpa_flops)(qs, ks, vs)   # also checks the shapes
+        dense += flops // 2
+        if align is not None:
+            lq, lk = qs[-2], ks[-2]
+            rows = math.prod(qs[:-2])                                               # B · Hq
+            skipped += rows * (lq * lk - causal_scores(lq, lk, align)) * _macs_per_score(qs[-1], vs[-1], spec.backward)
+    return AttentionCall(spec.backend, spec.backward, dense, skipped)
+
+
+def _fused_attention_op(packet: Any, *args: Any, **kwargs: Any) -> int:
+    """The FLOP formula of a fused attention op (its default overload's schema names the arguments; q, k, v
+    and the packed-batch offsets sit at the same places in every overload)."""
+    call = fused_attention_call(packet.default, args, kwargs)
+    if call is None:
+        raise ValueError(f"{packet} is not a fused attention op")
+    return 2 * call.dense_macs
 
 
 # --------------------------------------------------------------------------------------------
@@ -344,10 +503,6 @@ def _registered(formula: Callable[..., int], ops: Sequence[Any], raw: bool) -> C
 
 
 _TABLE: list[tuple[Sequence[Any], Callable[..., int], bool]] = [
-    ([aten._scaled_dot_product_flash_attention_for_cpu,
-      aten._scaled_dot_product_fused_attention_overrideable], _sdpa_op, False),
-    ([aten._scaled_dot_product_flash_attention_for_cpu_backward,
-      aten._scaled_dot_product_fused_attention_overrideable_backward], _sdpa_backward_op, False),
     ([aten.convolution_backward], _conv_backward_op, False),
     ([aten._native_multi_head_attention], _mha_op, True),
     ([aten._transformer_encoder_layer_fwd], _encoder_layer_op, True),
@@ -366,7 +521,10 @@ for _ops, _formula, _raw in _TABLE:
     _wrapped = _registered(_formula, _ops, _raw)
     for _op in _ops:
         EXTRA_FORMULAS[_op] = _wrapped
-del _ops, _formula, _raw, _wrapped, _op
+for _name in FUSED_ATTENTION:
+    _op = getattr(aten, _name)
+    EXTRA_FORMULAS[_op] = _registered(functools.partial(_fused_attention_op, _op), [_op], True)
+del _ops, _formula, _raw, _wrapped, _op, _name
 
 
 # --------------------------------------------------------------------------------------------
@@ -460,7 +618,7 @@ def _einsum_counted(counter: FlopCounterMode) -> Iterator[None]:
 
 UNCOUNTED_CONTRACTIONS: frozenset[str] = frozenset({
     "_grouped_mm", "_scaled_grouped_mm", "_trilinear", "_cudnn_rnn", "_cudnn_rnn_backward", "miopen_rnn",
-    "miopen_rnn_backward", "_cudnn_attention_forward", "_cudnn_attention_backward", "mkldnn_linear",
+    "miopen_rnn_backward", "mkldnn_linear",
     "mkldnn_convolution", "_cslt_sparse_mm", "_sparse_mm", "_sparse_addmm", "sparse_sampled_addmm",
     "_weight_int8pack_mm", "_weight_int4pack_mm", "_sparse_semi_structured_linear", "_sparse_semi_structured_mm",
     "_sparse_semi_structured_addmm"})

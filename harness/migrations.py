@@ -42,6 +42,10 @@ def _v3_cases(row: Row) -> Row:
     return {**row, "rounds": row.get("rounds") or [], "group_key": row.get("group_key") or ""}
 
 
+def _v4_cases(row: Row) -> Row:
+    return {**row, "sdpa_backend": row.get("sdpa_backend") or ""}
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         2, "runs store the suite's text and its resolved spec (a report no longer re-reads the suite file)",
@@ -51,6 +55,10 @@ MIGRATIONS: tuple[Migration, ...] = (
         3, "cases store their timing rounds and interleave group (intervals that cover drift; paired ratios)",
         ddl=("ALTER TABLE cases ADD COLUMN rounds JSON", "ALTER TABLE cases ADD COLUMN group_key VARCHAR(80)"),
         cases=_v3_cases, new_case_columns=("rounds", "group_key")),
+    Migration(
+        4, "cases store the SDPA kernel a real call ran (harness.kernels.probe)",
+        ddl=("ALTER TABLE cases ADD COLUMN sdpa_backend VARCHAR(80)",),
+        cases=_v4_cases, new_case_columns=("sdpa_backend",)),
 )
 
 

@@ -11,14 +11,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """1: the store as first released (no version table). 2: runs carry the suite's text and resolved spec.
 3: cases carry their timing rounds and interleave group."""
 
 Status = Literal["ok", "oom", "timeout", "error", "skipped"]
 STATUSES: tuple[str, ...] = ("ok", "oom", "timeout", "error", "skipped")
 
-LABEL_KEYS = ("seq_len", "img_size", "batch_size", "dtype", "mode", "device")
+LABEL_KEYS = ("seq_len", "img_size", "batch_size", "dtype", "mode", "device", "compile")
 """Workload fields a case is labelled by (the others, e.g. threads, are the same across a run)."""
 
 
@@ -43,6 +43,8 @@ class CaseRecord:
     rounds: tuple[int, ...] = ()            # samples per timing round, consecutive in samples_s (() before schema 3)
     group: str = ""                         # cases of one run with the same group were timed interleaved, round i
                                             # of each side by side (harness.stats.paired_ratio); "" = timed alone
+    sdpa_backend: str = ""                  # the SDPA kernel(s) a real call ran (harness.kernels.probe), e.g.
+                                            # "flash", "efficient+math"; "" = no SDPA call (schema 4)
 
     @property
     def ok(self) -> bool:

@@ -62,6 +62,7 @@ cases = sa.Table(
     sa.Column("finished_at", sa.String(40), nullable=False),
     sa.Column("rounds", sa.JSON),                              # schema 3
     sa.Column("group_key", sa.String(80)),                     # schema 3
+    sa.Column("sdpa_backend", sa.String(80)),                  # schema 4
     sa.UniqueConstraint("run_id", "case_key", name="uq_case_per_run"),
 )
 experiments = sa.Table(
@@ -186,7 +187,7 @@ class Store:
         row = asdict(rec)
         row.update(run_id=run_id, finished_at=_now(), samples_s=list(rec.samples_s), config=dict(rec.config),
                    workload=dict(rec.workload), metrics=dict(rec.metrics), rounds=list(rec.rounds),
-                   group_key=rec.group)
+                   group_key=rec.group, sdpa_backend=rec.sdpa_backend)
         del row["group"]
         try:
             with self.engine.begin() as conn:
@@ -198,6 +199,12 @@ class Store:
     def finish_run(self, run_id: str, status: str = "done") -> None:
         with self.engine.begin() as conn:
             conn.execute(runs.update().where(runs.c.id == run_id).values(status=status, finished_at=_now()))
+
+    def update_options(self, run_id: str, **items: Any) -> None:
+        """Merge ``items`` into a run's stored options (e.g. ``overhead``, known once its cases ran)."""
+        with self.engine.begin() as conn:
+            options = conn.execute(sa.select(runs.c.options).where(runs.c.id == run_id)).scalar_one()
+            conn.execute(runs.update().where(runs.c.id == run_id).values(options={**(options or {}), **items}))
 
     def reopen_run(self, run_id: str, n_cases: int) -> None:
         with self.engine.begin() as conn:
@@ -267,7 +274,8 @@ _CASE_FIELDS = ("case_key", "suite", "line", "arch", "status", "message", "confi
 
 def _case(row: dict[str, Any]) -> CaseRecord:
     return CaseRecord(**{k: row[k] for k in _CASE_FIELDS}, samples_s=tuple(row["samples_s"] or ()),
-                      rounds=tuple(row.get("rounds") or ()), group=row.get("group_key") or "")
+                      rounds=tuple(row.get("rounds") or ()), group=row.get("group_key") or "",
+                      sdpa_backend=row.get("sdpa_backend") or "")
 
 
 def _run(row: dict[str, Any]) -> RunRecord:

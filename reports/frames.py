@@ -13,7 +13,7 @@ import pandas as pd
 from harness.records import CaseRecord
 
 ID_COLUMNS = ["case_key", "suite", "line", "arch", "status", "message"]
-RATE_COLUMNS = ("achieved_flops_per_s", "peak_share")
+RATE_COLUMNS = ("achieved_flops_per_s", "executed_flops_per_s", "peak_share")
 Records = Sequence[CaseRecord]
 
 
@@ -42,17 +42,32 @@ def device_dtype(rec: CaseRecord) -> tuple[str, str]:
     return str(rec.workload.get("device", "cpu")), str(rec.workload.get("dtype", "fp32"))
 
 
+def executed_flops(rec: CaseRecord) -> float | None:
+    """The FLOPs the case's kernels executed: ``2 · executed_macs`` where the record has it (the dense count
+    minus what fused causal attention skipped, :mod:`harness.kernels`), else the counted ``flops``."""
+    executed = rec.metric("executed_macs")
+    return 2.0 * executed if executed is not None else rec.metric("flops")
+
+
+def sdpa_backend(rec: CaseRecord) -> str:
+    """The SDPA backend(s) the case ran (``flash``, ``efficient+math``, ...), ``""`` when none or not recorded."""
+    return str(getattr(rec, "sdpa_backend", "") or "")
+
+
 def roofline_point(rec: CaseRecord) -> tuple[float, float] | None:
-    """A case's ``(arithmetic intensity FLOP/byte, achieved FLOP/s)``: ``flops / bytes_moved`` and
-    ``flops / median time``; None unless the case is ok with positive ``flops``, ``bytes_moved`` and ``median_ms``."""
-    flops, moved, median_ms = rec.metric("flops"), rec.metric("bytes_moved"), rec.metric("median_ms")
+    """A case's ``(arithmetic intensity FLOP/byte, achieved FLOP/s)``: executed FLOPs (:func:`executed_flops`)
+    over ``bytes_moved`` and over the median time; None unless the case is ok with positive FLOPs,
+    ``bytes_moved`` and ``median_ms``."""
+    flops, moved, median_ms = executed_flops(rec), rec.metric("bytes_moved"), rec.metric("median_ms")
     if not rec.ok or not all(v is not None and v > 0 for v in (flops, moved, median_ms)):
         return None
     return flops / moved, flops / (median_ms / 1e3)
 
 
 def rates(rec: CaseRecord, peak: dict[str, Any] | None = None) -> dict[str, float]:
-    """A case's achieved FLOP/s (counted ``flops`` / median time) and its share of the measured peak.
+    """A case's achieved FLOP/s (counted ``flops`` / median time), its executed FLOP/s (where the record has
+    ``executed_macs``: what the kernels computed / median time) and the share of the measured peak it reached
+    (executed FLOP/s where known, else the achieved, over the matmul peak of its device and dtype).
 
     Computed from stored data only; a key is absent when its inputs are (no flops or timing, no peak).
     """
@@ -60,17 +75,19 @@ def rates(rec: CaseRecord, peak: dict[str, Any] | None = None) -> dict[str, floa
     if not rec.ok or not flops or not median_ms or median_ms <= 0:
         return {}
     out = {"achieved_flops_per_s": flops / (median_ms / 1e3)}
+    if rec.metric("executed_macs") is not None:
+        out["executed_flops_per_s"] = 2.0 * rec.metric("executed_macs") / (median_ms / 1e3)
     top = peak_flops(peak, *device_dtype(rec))
     if top:
-        out["peak_share"] = out["achieved_flops_per_s"] / top
+        out["peak_share"] = out.get("executed_flops_per_s", out["achieved_flops_per_s"]) / top
     return out
 
 
 def wide_frame(records: Records, peak: dict[str, Any] | None = None) -> pd.DataFrame:
     """One row per case: identity, workload fields, config fields (``cfg.``) and metrics.
 
-    With ``peak`` (a run's peak), also ``achieved_flops_per_s`` and ``peak_share`` where the case has
-    counted FLOPs and a median time.
+    With ``peak`` (a run's peak), also ``achieved_flops_per_s``, ``executed_flops_per_s`` and ``peak_share``
+    (:func:`rates`) where the case has counted FLOPs and a median time. ``sdpa_backend`` where a case has one.
     """
     flat = []
     for r in records:
@@ -78,6 +95,8 @@ def wide_frame(records: Records, peak: dict[str, Any] | None = None) -> pd.DataF
         row.update(r.workload)
         row.update({f"cfg.{k}": v for k, v in r.config.items()})
         row.update(r.metrics)
+        if sdpa_backend(r):
+            row["sdpa_backend"] = sdpa_backend(r)
         if peak is not None:
             row.update(rates(r, peak))
         row["duration_s"] = r.duration_s

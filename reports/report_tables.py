@@ -12,7 +12,8 @@ from harness.records import CaseRecord, RunRecord
 from harness.stats import summarize
 from reports.findings import FIT_METRICS, Findings
 from reports.labels import case_labels, param_columns
-from reports.terminal import contrast_text, fit_text, headline_contrasts, headline_lines, pct_peak, symbol
+from reports.frames import sdpa_backend
+from reports.terminal import contrast_text, fit_text, headline_contrasts, headline_lines, over_peak, pct_peak, symbol
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
@@ -54,24 +55,29 @@ def findings_rows(f: Findings) -> list[dict[str, Any]]:
 
 
 def case_table(records: Sequence[CaseRecord], axis: str | None, peak: Mapping[str, Any]) -> dict[str, Any]:
-    """One row per case: line, arch (when several), the parameters that vary in the run, status, median with
-    its 95% CI, GMACs, % of the measured peak, params, peak and estimated memory, the message."""
+    """One row per case: line, arch (when several), the parameters that vary in the run (and ``sdpa_backend``,
+    the SDPA kernel that ran, where some case recorded one), status, median with its 95% CI, GMACs, % of the
+    measured peak (``over_peak`` above 100: the template marks the cell), params, peak and estimated memory,
+    the message."""
     keys = param_columns(records, axis)
+    backend = any(sdpa_backend(r) for r in records)
     show_arch = len({r.arch for r in records}) > 1
     rows = []
     for r in records:
         lo, hi = r.metric("ci_low_ms"), r.metric("ci_high_ms")
         rows.append({
-            "line": r.line, "arch": r.arch, "params": [_cell(r.value(k)) for k in keys], "status": r.status,
+            "line": r.line, "arch": r.arch, "status": r.status,
+            "params": [_cell(r.value(k)) for k in keys] + ([sdpa_backend(r) or "–"] if backend else []),
             "median": num(r.metric("median_ms")),
             "ci": f"{lo:,.3f} – {hi:,.3f}" if lo is not None and hi is not None else "–",
-            "macs": num(r.metric("macs"), 1e9), "pct_peak": pct_peak(r, dict(peak)) or "–",
-            "over_peak": float(pct_peak(r, dict(peak)) or 0) > 100,
+            "macs": num(r.metric("macs"), 1e9), "pct_peak": pct_peak(r, dict(peak), flag=False) or "–",
+            "over_peak": over_peak(r, dict(peak)),
             "n_params": num(r.metric("params"), 1e6, "{:,.2f}"), "peak": num(r.metric("peak_bytes"), MiB, "{:,.1f}"),
             "est_peak": num(r.metric("est_peak_bytes"), MiB, "{:,.1f}"),
             "message": short_message(r.message) or ("noisy (IQR/median ≥ 0.10)" if r.metric("noisy") else "")})
     archs = sorted({r.arch for r in records})
-    return {"param_keys": keys, "show_arch": show_arch, "arch": archs[0] if len(archs) == 1 else "", "rows": rows}
+    return {"param_keys": keys + (["sdpa_backend"] if backend else []), "show_arch": show_arch,
+            "arch": archs[0] if len(archs) == 1 else "", "rows": rows}
 
 
 def short_message(message: str, limit: int = MESSAGE_CHARS) -> str:
@@ -91,7 +97,8 @@ def raw_stats(records: Sequence[CaseRecord], axis: str | None) -> list[dict[str,
         samples = [float(s) for s in r.samples_s]
         stats = summarize(samples) if samples else {}
         table = [(k, f"{int(stats[k])}" if k == "n_samples" else f"{stats[k]:.6g}") for k in RAW_KEYS if k in stats]
-        other = sorted((k, num(v, 1.0, "{:.6g}")) for k, v in r.metrics.items() if k not in stats)
+        other = sorted([(k, num(v, 1.0, "{:.6g}")) for k, v in r.metrics.items() if k not in stats]
+                       + ([("sdpa_backend", sdpa_backend(r))] if sdpa_backend(r) else []))
         median = r.metric("median_ms")
         out.append({"summary": f"{label} · {r.status}" + (f" · {median:,.3f} ms" if median is not None else ""),
                     "message": r.message, "stats": table, "metrics": other, "n": len(samples),

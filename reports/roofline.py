@@ -1,8 +1,10 @@
 """The roofline of a run: achieved FLOP/s vs arithmetic intensity under the machine's measured roofs.
 
+A case's FLOPs here are those its kernels executed (:func:`reports.frames.executed_flops`: the dense count
+minus what fused causal attention skipped, where the record has ``executed_macs``; the dense count otherwise).
 A point above its roof (achieved > min(peak, bandwidth × intensity) for its device and dtype) is never drawn
 silently: it gets its own marker and is listed, because it means the peak is stale or the FLOP count is
-higher than the work done (a computation the kernel skipped, e.g. causal attention counted dense).
+higher than the work done (a computation the kernel skipped that the count does not know of).
 """
 from __future__ import annotations
 
@@ -17,9 +19,10 @@ from reports.frames import device_dtype, peak_bandwidth, peak_flops, roofline_po
 from reports.labels import case_labels
 from reports.plots import tex_safe
 
-ABOVE_ROOF_MEANING = ("a stale calibration (the peak was measured lower than the machine reaches) or a "
-                      "computation the count skipped, e.g. causal attention counted dense: its FLOPs are counted "
-                      "over all n² scores while a fused kernel skips the masked half")
+ABOVE_ROOF_MEANING = ("a stale calibration (the peak was measured lower than the machine reaches, e.g. under load) "
+                      "or a computation the count does not know was skipped, e.g. causal attention in a case "
+                      "without executed_macs: its FLOPs are then counted over all n² scores while a fused kernel "
+                      "skips the masked half")
 """What a point above the roof means; the report prints it under the figure."""
 
 
@@ -104,8 +107,8 @@ def roofline_data(records: Sequence[CaseRecord], peak: Mapping[str, Any] | None)
 
 def roofline_figure(records: Sequence[CaseRecord], peak: Mapping[str, Any] | None,
                     data: RooflineData | None = None, title: str = "roofline") -> Figure:
-    """Log-log roofline of one run: x = arithmetic intensity (counted ``flops`` / ``bytes_moved``,
-    FLOP/byte), y = achieved FLOP/s (``flops`` / median time), one marker per measured case coloured by
+    """Log-log roofline of one run: x = arithmetic intensity (executed FLOPs / ``bytes_moved``,
+    FLOP/byte), y = achieved FLOP/s (executed FLOPs / median time), one marker per measured case coloured by
     line (SVG id ``points-<i>``), a point above its roof as a red-edged star (``above-roof-<i>``); the
     measured roofs: the matmul peak of each dtype (``roof-compute-<dtype>``), the copy bandwidth slope
     ``y = bandwidth · x`` (``roof-memory-<dtype>``) and their ridge point (``ridge-<dtype>``).
@@ -152,8 +155,8 @@ def roofline_figure(records: Sequence[CaseRecord], peak: Mapping[str, Any] | Non
     y_vals = [p.achieved for p in every] + [r.flops_per_s for r in data.roofs]
     if y_vals:
         ax.set_ylim(min(y_vals) / 5, max(y_vals) * 3)
-    ax.set_xlabel("arithmetic intensity (FLOP/byte) = counted FLOPs / bytes moved")
-    ax.set_ylabel("achieved FLOP/s = counted FLOPs / median time")
+    ax.set_xlabel("arithmetic intensity (FLOP/byte) = executed FLOPs / bytes moved")
+    ax.set_ylabel("achieved FLOP/s = executed FLOPs / median time")
     ax.grid(True, which="major", alpha=0.3)
     ax.set_title(tex_safe(title), fontsize=10)
     _notes(fig, ax, data)
@@ -169,7 +172,8 @@ def _x_range(points: list[RoofPoint], roofs: list[Roof]) -> tuple[float, float]:
 
 
 def _notes(fig: Figure, ax: Any, data: RooflineData) -> None:
-    notes = ["FLOPs = 2·MACs; bytes moved: each op reads its inputs and writes its outputs once (no cache reuse)"]
+    notes = ["FLOPs = 2·MACs executed (causal attention's skipped half taken off where recorded); bytes moved: "
+             "each op reads its inputs and writes its outputs once (no cache reuse)"]
     if not data.roofs:
         notes.append("no measured peak stored for these cases (--no-calibrate or an older run): no roofs")
     if data.left_out:

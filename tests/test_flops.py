@@ -15,6 +15,7 @@ from harness import flops as flops_module
 from harness.fake import build_fake
 from harness.flops import (
     EXTRA_FORMULAS,
+    FUSED_ATTENTION,
     FlopCount,
     FlopFormulaError,
     UncountedFlopsError,
@@ -283,6 +284,135 @@ def test_extra_formulas_cover_the_known_gaps():
                aten._transformer_encoder_layer_fwd,
                aten.convolution_backward):
         assert op in EXTRA_FORMULAS
+    for name in FUSED_ATTENTION:                       # every fused attention op of this build, fwd and bwd
+        assert getattr(aten, name) in EXTRA_FORMULAS
+    assert {"_scaled_dot_product_flash_attention_backward", "_scaled_dot_product_efficient_attention_backward",
+            "_scaled_dot_product_cudnn_attention_backward", "_flash_attention_backward",
+            "_efficient_attention_backward", "_cudnn_attention_backward"} <= set(FUSED_ATTENTION)
+
+
+# ------------------------------------------------------------------------------------------
+# 2b. Every SDPA aten op, GQA-aware, called directly on fake CUDA tensors (no GPU needed)
+# ------------------------------------------------------------------------------------------
+
+SDPA_HEADS = [(8, 8), (8, 2), (8, 1)]
+
+
+def _fake_cuda(*shapes, dtype=torch.bfloat16):
+    """Fake tensors on "cuda": they exist on a machine without a GPU (shapes and dtypes only)."""
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        return tuple(torch.randn(*s, device="cuda", dtype=dtype) for s in shapes)
+
+
+def _sdpa_aten_calls(q, k, v, go):
+    """For each SDPA kernel: a function calling its forward op and then its backward op, as SDPA's
+    autograd does (q/k/v (B, H, L, D); the raw kernels get (B, L, H, D))."""
+    lq, lk = q.shape[2], k.shape[2]
+    qt, kt, vt, gt = (t.transpose(1, 2) for t in (q, k, v, go))
+
+    def flash():
+        o = aten._scaled_dot_product_flash_attention(q, k, v, 0.0, True)
+        aten._scaled_dot_product_flash_attention_backward(go, q, k, v, o[0], o[1], o[2], o[3], o[4], o[5], 0.0,
+                                                          True, o[6], o[7])
+
+    def efficient():
+        o = aten._scaled_dot_product_efficient_attention(q, k, v, None, True, 0.0, True)
+        aten._scaled_dot_product_efficient_attention_backward(go, q, k, v, None, o[0], o[1], o[2], o[3], 0.0,
+                                                              [True, True, True, False], True)
+
+    def cudnn():
+        o = aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, True)
+        aten._scaled_dot_product_cudnn_attention_backward(go, q, k, v, o[0], o[1], o[6], o[7], None, o[2], o[3],
+                                                          o[4], o[5], 0.0, True)
+
+    def flash_raw():
+        o = aten._flash_attention_forward(qt, kt, vt, None, None, lq, lk, 0.0, True, False)
+        aten._flash_attention_backward(gt, qt, kt, vt, o[0], o[1], None, None, lq, lk, 0.0, True, o[2], o[3])
+
+    def efficient_raw():
+        o = aten._efficient_attention_forward(qt, kt, vt, None, None, None, lq, lk, 0.0, 1, True)
+        aten._efficient_attention_backward(gt, qt, kt, vt, None, o[0], None, None, lq, lk, o[1], 0.0, o[2], o[3],
+                                           1, False)
+    return {"flash": (flash, "_scaled_dot_product_flash_attention"),
+            "efficient": (efficient, "_scaled_dot_product_efficient_attention"),
+            "cudnn": (cudnn, "_scaled_dot_product_cudnn_attention"),
+            "flash_raw": (flash_raw, "_flash_attention_forward"),
+            "efficient_raw": (efficient_raw, "_efficient_attention_forward")}
+
+
+def _hand_count(b, hq, lq, lk, d):
+    """FLOPs by hand: forward QKᵀ + AV = 2 matmuls of Lq·Lk·D per query head; backward the counter's 5."""
+    mm = 2 * b * hq * lq * lk * d
+    return 2 * mm, 5 * mm
+
+
+@pytest.mark.parametrize("hq,hkv", SDPA_HEADS, ids=["mha", "gqa", "mqa"])
+@pytest.mark.parametrize("kernel", ["flash", "efficient", "cudnn", "flash_raw", "efficient_raw"])
+def test_cuda_sdpa_ops_on_fake_tensors(hq, hkv, kernel):
+    b, lq, lk, d = 2, 24, 40, 16
+    q, k, v, go = _fake_cuda((b, hq, lq, d), (b, hkv, lk, d), (b, hkv, lk, d), (b, hq, lq, d))
+    run, fwd_name = _sdpa_aten_calls(q, k, v, go)[kernel]
+    bwd_name = fwd_name.replace("_forward", "_backward") if fwd_name.endswith("_forward") else fwd_name + "_backward"
+    count = count_flops(run)
+    fwd, bwd = _hand_count(b, hq, lq, lk, d)
+    assert count.by_op == {f"aten.{fwd_name}": fwd, f"aten.{bwd_name}": bwd}
+    assert count.flops == fwd + bwd and count.complete
+
+
+@pytest.mark.parametrize("kernel", ["flash", "efficient", "cudnn", "flash_raw", "efficient_raw"])
+def test_cuda_sdpa_ops_count_gqa_where_torch_2_11_asserted(kernel, monkeypatch):
+    """torch 2.11 (the GPU machine's) asserts Hq == Hkv in its own formulas: "sdpa_flop_count: query/key/value
+    shapes are incompatible" failed every bf16 GQA case on the H100. With the stock formulas replaced by
+    2.11's behaviour, our formulas still count: they, not the stock ones, are what the counter uses."""
+    def torch_2_11(*args, **kwargs):
+        raise AssertionError("sdpa_flop_count: query/key/value shapes are incompatible")
+    for name in FUSED_ATTENTION:
+        if getattr(aten, name) in stock.flop_registry:
+            monkeypatch.setitem(stock.flop_registry, getattr(aten, name), torch_2_11)
+    b, hq, hkv, n, d = 1, 8, 2, 32, 64
+    q, k, v, go = _fake_cuda((b, hq, n, d), (b, hkv, n, d), (b, hkv, n, d), (b, hq, n, d))
+    run, _ = _sdpa_aten_calls(q, k, v, go)[kernel]
+    with pytest.raises(AssertionError, match="incompatible"):          # the stock counter alone fails ...
+        with stock.FlopCounterMode(display=False):
+            run()
+    assert count_flops(run).flops == sum(_hand_count(b, hq, n, n, d))  # ... ours counts
+
+
+@pytest.mark.parametrize("hq,hkv", SDPA_HEADS, ids=["mha", "gqa", "mqa"])
+def test_cudnn_raw_kernel_formulas(hq, hkv):
+    """``_cudnn_attention_forward``/``_backward`` have no fake kernel (they need a driver): their formulas are
+    called directly, on fake CUDA tensors (a formula reads shapes only)."""
+    b, lq, lk, d = 2, 12, 20, 32
+    q, k, v, go = _fake_cuda((b, hq, lq, d), (b, hkv, lk, d), (b, hkv, lk, d), (b, hq, lq, d))
+    fwd, bwd = _hand_count(b, hq, lq, lk, d)
+    assert EXTRA_FORMULAS[aten._cudnn_attention_forward](q, k, v, None, None, None, lq, lk, True, 0.0, True) == fwd
+    assert EXTRA_FORMULAS[aten._cudnn_attention_backward](go, q, k, v, q, None, None, None, None, None, None,
+                                                          lq, lk, 0.0, True) == bwd
+
+
+def test_packed_variable_length_batches_count_each_sequence():
+    """Nested (packed) batches: (T, H, D) with cumulative offsets; real offsets give each sequence's own
+    length, fake ones the maximum (an upper bound, as the stock formulas do)."""
+    hq, hkv, d = 4, 2, 8
+    lens = [3, 7, 5]
+    q, k, v, go = (torch.randn(sum(lens), h, d) for h in (hq, hkv, hkv, hq))
+    cum = torch.tensor([0, 3, 10, 15], dtype=torch.int32)
+    fwd = sum(_hand_count(1, hq, n, n, d)[0] for n in lens)
+    bwd = sum(_hand_count(1, hq, n, n, d)[1] for n in lens)
+    assert EXTRA_FORMULAS[aten._flash_attention_forward](q, k, v, cum, cum, 7, 7, 0.0, False, False) == fwd
+    assert EXTRA_FORMULAS[aten._flash_attention_backward](go, q, k, v, q, None, cum, cum, 7, 7, 0.0, False,
+                                                          None, None) == bwd
+    q4, k4, v4 = (t.unsqueeze(0) for t in (q, k, v))                    # the efficient kernel: (1, T, H, D)
+    assert EXTRA_FORMULAS[aten._efficient_attention_forward](q4, k4, v4, None, cum, cum, 7, 7, 0.0, 0) == fwd
+    fake_cum = _fake_cuda((4,), dtype=torch.float32)[0]
+    assert EXTRA_FORMULAS[aten._flash_attention_forward](q, k, v, fake_cum, fake_cum, 7, 7, 0.0, False,
+                                                         False) == 3 * _hand_count(1, hq, 7, 7, d)[0]
+
+
+def test_incompatible_attention_shapes_are_a_gap_not_zero():
+    q, k, v = _fake_cuda((1, 6, 8, 16), (1, 4, 8, 16), (1, 4, 8, 16))    # 6 query heads over 4 k/v heads
+    with pytest.raises(UncountedFlopsError, match="_scaled_dot_product_efficient_attention"):
+        count_flops(lambda: aten._scaled_dot_product_efficient_attention(q, k, v, None, False))
 
 
 # ------------------------------------------------------------------------------------------

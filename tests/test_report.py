@@ -358,3 +358,55 @@ def test_bad_input_is_one_line_exit_2(two_runs, tmp_path):
         assert "Traceback" not in result.output
         assert len(result.output.strip().splitlines()) == 1, result.output
     assert not (tmp_path / "missing.sqlite").exists()
+
+
+# ---------------------------------------------------------------- the SDPA backend of each case
+
+@dataclasses.dataclass(frozen=True)
+class _SdpaRecord(CaseRecord):
+    """A record with the ``sdpa_backend`` field the runner stores (declared here too, so the test runs
+    before and after CaseRecord has it)."""
+
+    sdpa_backend: str = ""
+
+
+def _with_backend(rec: CaseRecord, backend: str) -> CaseRecord:
+    fields = {f.name: getattr(rec, f.name) for f in dataclasses.fields(CaseRecord)}
+    return _SdpaRecord(**{**fields, "sdpa_backend": backend})
+
+
+def _sdpa_records(backends):
+    return [_with_backend(_rec("sdpa causal", x, median_ms=float(x), flops=1e6 * x), b)
+            for x, b in zip((16, 32, 64), backends)]
+
+
+def _terminal_text(records) -> str:
+    from rich.console import Console
+    from reports.terminal import cases_table
+    console = Console(record=True, width=250, color_system=None)
+    console.print(cases_table(records, "seq_len", title="run r"))
+    return console.export_text()
+
+
+def test_sdpa_backend_is_a_column_where_a_case_recorded_one():
+    records = _sdpa_records(["flash", "efficient+math", ""])
+    text = _terminal_text(records)
+    header = next(ln for ln in text.splitlines() if "median ms" in ln)
+    assert "sdpa" in header and "flash" in text and "efficient+math" in text
+    run = RunRecord("r", "s", False, "done", 3, "2026-01-01T00:00:00+00:00")
+    page = render_report([(run, records)])
+    head = page[page.index('<table class="cases">'):]
+    head = head[:head.index("</thead>")]
+    assert "<th>sdpa_backend</th>" in head
+    body = page[page.index('<table class="cases">'):]
+    body = body[:body.index("</table>")]
+    assert '<td class="num">efficient+math</td>' in body and '<td class="num">–</td>' in body
+
+
+def test_no_sdpa_backend_column_without_one():
+    for records in (_sdpa_records(["", "", ""]), [_rec("eager", x, median_ms=1.0) for x in (16, 32)]):
+        header = next(ln for ln in _terminal_text(records).splitlines() if "median ms" in ln)
+        assert "status" in header and "sdpa" not in header
+        run = RunRecord("r", "s", False, "done", len(records), "2026-01-01T00:00:00+00:00")
+        page = render_report([(run, records)])
+        assert "<th>sdpa_backend</th>" not in page

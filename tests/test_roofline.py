@@ -24,6 +24,7 @@ from harness.store import Store
 from reports.html import render_report
 from reports.plots import figure_svg
 from reports.roofline import ABOVE_ROOF_MEANING, roofline_data, roofline_figure
+from reports.frames import executed_flops, rates, roofline_point
 from reports.terminal import cases_table
 from tests.helpers import run_tiny
 
@@ -234,7 +235,7 @@ def test_a_point_above_the_roof_is_flagged_and_listed():
     note = page[page.index('class="note warn above-roof"'):]
     note = note[:note.index("</div>")]
     assert "2 points above the roof" in note and ABOVE_ROOF_MEANING in note
-    assert "causal attention counted dense" in note and "a stale calibration" in note
+    assert "causal attention" in note and "a stale calibration" in note
     assert "L1 · seq_len=32: 400.0 GFLOP/s achieved, roof 100.0 GFLOP/s (4.00×)" in note
     assert "L2: 20.0 GFLOP/s achieved, roof 10.0 GFLOP/s (2.00×)" in note
     assert 'id="above-roof-0"' in page and 'id="above-roof-1"' in page
@@ -280,14 +281,61 @@ def test_terminal_pct_peak_column():
                _rec("d", "L1", status="oom", seq_len=128, flops=2e9)]          # no timing: blank
     peak = {"cpu": {"matmul_flops_per_s": {"fp32": 80e9}, "copy_bytes_per_s": 5e9}}
     table = cases_table(records, "seq_len", title="run r", peak=peak)
-    assert _column(table, "% peak") == ["25.0", "416.7", "", ""]
+    assert _column(table, "% peak") == ["25.0", "416.7 ⚠", "", ""]               # above 100 %: flagged, not clipped
     console = Console(record=True, width=250, color_system=None)
     console.print(table)
     text = console.export_text()
     assert "% peak" in text and re.search(r"\b25\.0\b", text)
+    assert "⚠ % peak above 100" in text                                       # the caption says what it means
     assert _column(cases_table(records, "seq_len", peak=None), "% peak") == ["", "", "", ""]
     other_dtype = {"cpu": {"matmul_flops_per_s": {"bf16": 80e9}}}
     assert _column(cases_table(records, "seq_len", peak=other_dtype), "% peak") == ["", "", "", ""]
     html = render_report([(_run(peak), records)])
     assert '<td class="num">25.0</td>' in html                                 # the same % peak, and over
     assert '<td class="num over-peak">416.7</td>' in html                     # 100 % it is flagged
+
+
+# ------------------------------------------------------------------------------------------
+# 5. Executed FLOPs: % peak and the roofline use executed_macs where a record has it
+# ------------------------------------------------------------------------------------------
+
+def test_pct_peak_uses_executed_macs_and_flags_over_100():
+    """Causal SDPA: 4 GFLOP counted dense, 2.2 GFLOP executed, in 10 ms on a 250 GFLOP/s peak: 88 % of peak
+    from the executed count (160 % from the dense one); a case without executed_macs keeps the dense count."""
+    peak = {"cpu": {"matmul_flops_per_s": {"fp32": 250e9}, "copy_bytes_per_s": 10e9}}
+    causal = _rec("a", "L1", flops=4e9, macs=2e9, executed_macs=1.1e9, bytes_moved=1e7, median_ms=10.0)
+    dense = _rec("b", "L1", seq_len=32, flops=4e9, macs=2e9, bytes_moved=1e7, median_ms=10.0)
+    table = cases_table([causal, dense], "seq_len", peak=peak)
+    assert _column(table, "% peak") == ["88.0", "160.0 ⚠"]
+    assert rates(causal, peak) == pytest.approx({"achieved_flops_per_s": 400e9, "executed_flops_per_s": 220e9,
+                                                 "peak_share": 0.88})
+    assert "executed_flops_per_s" not in rates(dense, peak)
+    html = render_report([(_run(peak), [causal, dense])])
+    assert '<td class="num">88.0</td>' in html and '<td class="num over-peak">160.0</td>' in html
+    assert "160.0 ⚠" not in html                                    # the HTML marks it with its class
+
+
+def test_exactly_100_percent_is_not_flagged_and_116_is():
+    peak = {"cpu": {"matmul_flops_per_s": {"fp32": 100e9}}}
+    at = _rec("a", "L1", flops=1e9, median_ms=10.0)                   # 100.0 %
+    over = _rec("b", "L1", seq_len=32, flops=1.16e9, median_ms=10.0)  # 116.0 %
+    assert _column(cases_table([at, over], "seq_len", peak=peak), "% peak") == ["100.0", "116.0 ⚠"]
+
+
+def test_roofline_point_uses_executed_flops():
+    """The same counted FLOPs with and without executed_macs: the executed point sits under the roof
+    (40 GFLOP/s at 8 FLOP/byte, roof 80), the dense one above it (200 GFLOP/s at 40 FLOP/byte, roof 100)."""
+    causal = _rec("a", "L1", flops=4e9, executed_macs=0.4e9, bytes_moved=1e8, median_ms=20.0)
+    dense = _rec("b", "L2", flops=4e9, bytes_moved=1e8, median_ms=20.0)
+    assert roofline_point(causal) == (pytest.approx(8.0), pytest.approx(40e9))
+    assert roofline_point(dense) == (pytest.approx(40.0), pytest.approx(200e9))
+    data = roofline_data([causal, dense], PEAK)                        # roofs: 100 GFLOP/s, 10 GB/s
+    assert [(p.line, p.roof) for p in data.above_roof] == [("L2", pytest.approx(100e9))]
+    assert [(p.intensity, p.achieved, p.roof) for p in data.points["L1"]] == [
+        (pytest.approx(8.0), pytest.approx(40e9), pytest.approx(80e9))]
+
+
+def test_executed_flops_falls_back_to_the_count():
+    assert executed_flops(_rec("a", "L1", flops=4e9, executed_macs=1e9)) == 2e9
+    assert executed_flops(_rec("a", "L1", flops=4e9)) == 4e9
+    assert executed_flops(_rec("a", "L1")) is None

@@ -59,9 +59,51 @@ def eager_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, mask: 
     return out.view(b, h, t, hd)
 
 
+GqaStrategy = Literal["native", "expand"]
+FLASH_MAX_HEAD_DIM = 256
+"""The widest head the flash kernel takes (torch's ``check_head_dim_size_flash``)."""
+
+
+def gqa_strategy(device_type: str, dtype: torch.dtype, has_mask: bool, head_dim: int) -> GqaStrategy:
+    """How SDPA gets k/v with fewer heads than q (GQA/MQA) so that a fused kernel runs: ``"native"`` passes
+    them as they are with ``enable_gqa=True``; ``"expand"`` copies each k/v head to its query heads first
+    (:func:`expand_kv`). The count of MACs is the same either way (the copy is data movement).
+
+    The rule follows what each kernel accepts (measured on an H100, torch 2.11, n=8192, h=8, hd=64, causal;
+    ``diagnose.log`` of the H100 evidence of 2026-11-22):
+
+    * CUDA, fp32, or any dtype with an explicit ``attn_mask`` (or a head wider than flash's 256): only
+      the memory-efficient kernel can run it, and it refuses ``enable_gqa=True``, so native GQA falls back
+      to the O(n²) math kernel (12.0 ms, +5.2 GB); expanded k/v run the efficient kernel (2.59 ms,
+      +304 MiB, beside MHA's 2.58 ms and +272 MiB): ``"expand"``.
+    * CUDA, bf16/fp16, no mask: flash and cuDNN take ``enable_gqa=True`` (0.197 ms, MHA's memory; expanded:
+      0.220 ms, +16 MiB), and the efficient kernel would refuse it anyway: ``"native"``. (A GPU without
+      flash/cuDNN, before sm80, would fall to math here: not measured.)
+    * CPU: the CPU flash kernel takes GQA natively, masks included: ``"native"``.
+    * Other devices (MPS, XPU, ...): not measured; torch's own choice is kept: ``"native"``.
+    """
+    if device_type != "cuda":
+        return "native"
+    half = dtype in (torch.float16, torch.bfloat16)
+    return "native" if half and not has_mask and head_dim <= FLASH_MAX_HEAD_DIM else "expand"
+
+
+def expand_kv(x: Tensor, n_heads: int) -> Tensor:
+    """(B, Hkv, S, hd) -> (B, H, S, hd): k/v head j serves query heads j·G … j·G+G-1 (G = H / Hkv), as
+    ``enable_gqa`` and :func:`eager_attention` group them (``repeat_interleave`` on the heads): one copy, or
+    for MQA (Hkv = 1) a stride-0 view, which the efficient kernel reads as it is."""
+    b, hkv, s, hd = x.shape
+    return x.unsqueeze(2).expand(b, hkv, n_heads // hkv, s, hd).reshape(b, n_heads, s, hd)
+
+
 def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, mask: Tensor | None,
-                   dropout_p: float = 0.0, scale: float | None = None, is_causal: bool = False) -> Tensor:
-    """The same contract as :func:`eager_attention` through ``F.scaled_dot_product_attention``."""
+                   dropout_p: float = 0.0, scale: float | None = None, is_causal: bool = False, *,
+                   gqa: GqaStrategy | None = None) -> Tensor:
+    """The same contract as :func:`eager_attention` through ``F.scaled_dot_product_attention``.
+
+    With fewer k/v heads than query heads, ``gqa`` says how SDPA gets them (None: :func:`gqa_strategy`'s
+    rule for this device, dtype, mask and head width).
+    """
     attn_mask = None
     if bias is not None and mask is not None:
         attn_mask = bias.masked_fill(~mask, float("-inf"))
@@ -69,9 +111,14 @@ def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, mask: T
         attn_mask = bias
     elif mask is not None:
         attn_mask = mask
+    h = q.shape[1]
+    grouped = k.shape[1] != h
+    if grouped and (gqa or gqa_strategy(q.device.type, q.dtype, attn_mask is not None, q.shape[-1])) == "expand":
+        k, v = expand_kv(k, h), expand_kv(v, h)                         # (B, H, S, hd) each
+        grouped = False
     return F.scaled_dot_product_attention(
         q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal and attn_mask is None,
-        scale=scale, enable_gqa=k.shape[1] != q.shape[1])
+        scale=scale, enable_gqa=grouped)
 
 
 def core_fn(impl: AttnImpl) -> Kernel:
