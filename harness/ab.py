@@ -27,7 +27,7 @@ from harness.errors import BenchInputError
 from harness.load import ROOT_PID_ENV
 from harness.records import CaseRecord
 from harness.runner import RunOptions
-from harness.spec import Case
+from harness.spec import Case, workload_dict
 from harness.stats import summarize_rounds
 
 _START_S = 120.0
@@ -35,7 +35,7 @@ _START_S = 120.0
 
 def case_dict(case: Case) -> dict[str, Any]:
     return {"suite": case.suite, "line": case.line, "arch": case.arch, "overrides": [list(kv) for kv in case.overrides],
-            "workload": dataclasses.asdict(case.workload), "metrics": list(case.metrics), "point": case.point}
+            "workload": workload_dict(case.workload), "metrics": list(case.metrics), "point": case.point}
 
 
 def record_from(d: dict[str, Any]) -> CaseRecord:
@@ -166,7 +166,7 @@ def interleave_versions(cases: Sequence[Case], opts: RunOptions, ref_tree: Path,
     try:
         for case in cases:
             group = f"ab-{case.key}"
-            timing = dataclasses.asdict(opts.timing)
+            timing = {k: v for k, v in dataclasses.asdict(opts.timing).items() if k != "flush_l2" or v}  # an older worker has no flush_l2
             state = {name: [w.ask("prepare", case_dict(case), {"timing": timing, "memory": k == 0}, opts.timeout_s)
                             for k, w in enumerate(workers)] for name, workers in sides.items()}
             which: dict[str, list[list[int]]] = {name: [[] for _ in range(processes)] for name in sides}

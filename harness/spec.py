@@ -19,11 +19,15 @@ DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, 
 Mode = Literal["fwd", "fwd_bwd"]
 MODES: tuple[str, ...] = ("fwd", "fwd_bwd")
 METRICS: tuple[str, ...] = ("latency", "memory", "flops")
+# How a case's model runs (harness.compiled): eager, or torch.compile with one of its modes; "cudagraphs" is
+# CUDA-only (torch.compile mode="reduce-overhead": inductor kernels replayed as CUDA graphs).
+COMPILES: tuple[str, ...] = ("none", "default", "max-autotune", "cudagraphs")
+CUDA_ONLY_COMPILES: frozenset[str] = frozenset({"cudagraphs"})
 
 
 @dataclass(frozen=True)
 class Workload:
-    """What a model is run on: sizes, numeric type, pass, device and CPU threads."""
+    """What a model is run on: sizes, numeric type, pass, device, CPU threads and execution (eager/compiled)."""
 
     batch_size: int = 1
     seq_len: int | None = None
@@ -32,6 +36,7 @@ class Workload:
     mode: str = "fwd"
     device: str = "cpu"
     threads: int = 0  # 0: the harness default (every core this process may use)
+    compile: str = "none"  # one of COMPILES (harness.compiled); not part of a case's key while "none"
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "seq_len", "img_size"):
@@ -46,6 +51,12 @@ class Workload:
             raise BenchInputError(f"unknown mode {self.mode!r}; expected one of {list(MODES)}", where="mode")
         if not isinstance(self.device, str) or self.device.split(":")[0] not in ("cpu", "cuda", "mps"):
             raise BenchInputError(f"unknown device {self.device!r}; expected cpu, cuda or cuda:N", where="device")
+        if self.compile not in COMPILES:
+            raise BenchInputError(f"unknown compile {self.compile!r}; expected one of {list(COMPILES)}",
+                                  where="compile")
+        if self.compile in CUDA_ONLY_COMPILES and self.device.split(":")[0] != "cuda":
+            raise BenchInputError(f"{self.compile!r} needs a CUDA device (it replays CUDA graphs), not "
+                                  f"{self.device!r}; there use \"default\" or \"max-autotune\"", where="compile")
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -53,6 +64,18 @@ class Workload:
 
 
 WORKLOAD_KEYS: frozenset[str] = frozenset(f.name for f in dataclasses.fields(Workload))
+# Workload fields added after case keys were first stored (runs, ``--resume``, the CI baseline): left out of a
+# case's key and stored workload while at their default, so every case that existed before keeps its key. A
+# field added from now on goes here too.
+OMITTED_WHEN_DEFAULT: frozenset[str] = frozenset({"compile"})
+_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(Workload)}
+
+
+def workload_dict(w: Workload) -> dict[str, Any]:
+    """``w`` as a plain dict, without the fields of OMITTED_WHEN_DEFAULT that are at their default: what a case's
+    key hashes and its record stores (a record without such a field read back gets the default)."""
+    return {k: v for k, v in dataclasses.asdict(w).items() if k not in OMITTED_WHEN_DEFAULT or v != _DEFAULTS[k]}
+
 
 Builder = Callable[[Any], nn.Module]
 InputMaker = Callable[[Any, Workload, torch.device], tuple[torch.Tensor, ...]]
@@ -99,7 +122,7 @@ class Case:
             "line": self.line,
             "arch": self.arch,
             "overrides": [list(kv) for kv in self.overrides],
-            "workload": dataclasses.asdict(self.workload),
+            "workload": workload_dict(self.workload),
             "metrics": list(self.metrics),
         }
         blob = json.dumps(payload, sort_keys=True, default=str)
@@ -110,9 +133,10 @@ class Case:
         if "samples_s" in kw:
             kw["samples_s"] = tuple(kw["samples_s"])
         return CaseRecord(self.key, self.suite, self.line, self.arch, status, message,
-                          workload=dataclasses.asdict(self.workload), **kw)
+                          workload=workload_dict(self.workload), **kw)
 
     def label(self) -> str:
         w = self.workload
         sizes = ", ".join(f"{k}={v}" for k, v in (("seq_len", w.seq_len), ("img_size", w.img_size)) if v)
-        return f"{self.line} | {self.arch} | bs={w.batch_size} {sizes} {w.dtype} {w.mode}"
+        run = f" compile={w.compile}" if w.compile != "none" else ""
+        return f"{self.line} | {self.arch} | bs={w.batch_size} {sizes} {w.dtype} {w.mode}{run}"

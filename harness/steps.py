@@ -24,8 +24,13 @@ def first_tensor(out: Any) -> torch.Tensor:
     raise TypeError(f"no tensor in model output of type {type(out).__name__}")
 
 
-def make_step(model: nn.Module, inputs: tuple, mode: str) -> Callable[[], None]:
-    """One timed unit: a no-grad forward, or forward + backward of sum(output)."""
+def make_step(model: nn.Module, inputs: tuple, mode: str, compile: str = "none") -> Callable[[], None]:
+    """One timed unit: a no-grad forward, or forward + backward of sum(output).
+
+    ``compile`` is the workload's (harness.compiled). A compiled ``model``'s step first marks a new iteration
+    for CUDA graph trees (``torch.compiler.cudagraph_mark_step_begin``: a replay may reuse the memory of the
+    previous call's outputs, which the step drops; without CUDA graphs the mark is a counter increment). An
+    eager step is exactly what it was."""
     if mode == "fwd":
         model.eval()
 
@@ -38,7 +43,14 @@ def make_step(model: nn.Module, inputs: tuple, mode: str) -> Callable[[], None]:
         def step() -> None:
             model.zero_grad(set_to_none=True)
             first_tensor(model(*inputs)).float().sum().backward()
-    return step
+    if compile == "none":
+        return step
+    inner = step
+
+    def compiled_step() -> None:
+        torch.compiler.cudagraph_mark_step_begin()
+        inner()
+    return compiled_step
 
 
 def cast_inputs(inputs: tuple, dtype: torch.dtype) -> tuple:
