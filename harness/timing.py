@@ -4,6 +4,36 @@ Defaults follow torch.utils.benchmark (blocked timing, block size from a warm-up
 triton's do_bench (CUDA events per sample, one synchronize per batch) and pyperf
 (warm-up, minimum samples / time). Threads are not touched here: the caller pins them.
 Exceptions raised by ``fn`` propagate unchanged.
+
+What a stored ``median_ms`` means (the median of the per-call samples, ``harness.stats.summarize_rounds``):
+
+* **CPU** (``perf_counter``): wall time per call in the steady state, caches warm — after the cold call and
+  the warm-up, each sample times a block of k back-to-back calls (k so that a block lasts >= ``min_sample_s``)
+  and stores block / k. This is what ``torch.utils.benchmark.Timer.blocked_autorange`` reports on a CPU
+  (tests/test_timing.py and tests/test_timer_gpu.py compare the two).
+* **CUDA** (``cuda_event``, the default): GPU time per call in the steady state, L2 warm — CUDA events on the
+  current stream around blocks of k back-to-back calls (k so that a block lasts >= ``min_sample_s``), block / k;
+  the host queues work ahead and synchronizes once per batch of samples (``measure_cuda``) or per block
+  (``Sampler``). Where the host cannot keep the GPU fed (launch-bound work), the idle gaps between kernels lie
+  between the events and are counted, as in a steady stream of calls. This is what
+  ``torch.utils.benchmark.Timer.blocked_autorange`` reports on a GPU (synchronized blocks of calls).
+* **CUDA with ``flush_l2``** (``bench run --flush-l2``): GPU time of ONE call with a cold L2 — before every
+  timed call a buffer of ``l2_flush_bytes(device)`` (>= 256 MiB, as triton's do_bench, and >= 2x the
+  device's L2) is zeroed on the same stream, outside the call's own pair of events; block size 1. This is
+  ``triton.testing.do_bench``'s median (its L2-cleared number), i.e. the warm number plus the cost of
+  fetching weights and inputs from HBM again; it is recorded with the run and the case
+  (``TimingResult.l2_flush_bytes``). The flush buffer is allocated for the timing only.
+* **CPU with ``flush_l2``** is refused (``ValueError``; ``bench run --flush-l2`` on a CPU case: one line,
+  exit 2). A CPU's last-level cache cannot be flushed in a way we can defend: it is shared with every other
+  process (on a shared machine their traffic refills it between our write and the call), often
+  non-inclusive of the cores' private L2 (writing a buffer does not reliably evict those), and the dirty lines
+  of the flush are written back during the timed call; nor is there a reference cold-cache CPU timer to
+  validate the number against (do_bench is CUDA-only).
+
+The stored interval (``ci_low_ms``/``ci_high_ms``) is the wider of the median's bootstrap interval and the
+between-round interval: a timing's samples come in ``TimingConfig.rounds`` rounds (consecutive slices in
+``measure``, alternating callables in ``measure_interleaved``), so the interval covers the drift between
+rounds, not only the noise within one.
 """
 from __future__ import annotations
 
@@ -34,6 +64,7 @@ class TimingConfig:
     target_rel_iqr: float = 0.05  # adaptive stop once IQR/median below this
     min_sample_s: float = 1e-3  # faster calls are timed in blocks of k calls, sample = block / k
     rounds: int = 5             # samples are taken (and summarized) in this many rounds: see ``measure_interleaved``
+    flush_l2: bool = False      # CUDA only: zero a buffer larger than L2 before each timed call (block size 1)
 
     def __post_init__(self) -> None:
         if self.warmup_calls < 0 or self.min_samples < 1 or self.rounds < 1:
@@ -58,6 +89,7 @@ class TimingResult:
     total_s: float  # wall time spent in measure()
     clock: str  # "perf_counter" or "cuda_event"
     rounds: tuple[int, ...] = ()  # samples per round, consecutive in samples_s (sum = len(samples_s))
+    l2_flush_bytes: int = 0  # bytes zeroed before each timed call (``TimingConfig.flush_l2``); 0: L2 left warm
 
 
 def consecutive_rounds(n: int, rounds: int) -> tuple[int, ...]:
@@ -65,6 +97,38 @@ def consecutive_rounds(n: int, rounds: int) -> tuple[int, ...]:
     (fewer rounds when there are fewer samples)."""
     r = max(1, min(rounds, n))
     return tuple(n // r + (i < n % r) for i in range(r)) if n else ()
+
+
+FLUSH_MIN_BYTES = 256 * 1024 * 1024
+"""triton.testing.do_bench zeroes 256 MB before each call; the flush buffer is at least this large."""
+
+
+def l2_flush_bytes(device: torch.device | str) -> int:
+    """Bytes to write before each call to evict ``device``'s L2: max(256 MiB, 2 x its L2 size)."""
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        raise ValueError(f"flush_l2 is CUDA-only (no defensible CPU cache flush), got device {dev}")
+    l2 = int(getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0) or 0)
+    return max(FLUSH_MIN_BYTES, 2 * l2)
+
+
+class L2Flush:
+    """A buffer larger than ``device``'s L2; calling it zeroes the buffer on the current stream (a write of
+    every line, so whatever a timed call reads next comes from device memory: do_bench's ``cache.zero_()``)."""
+
+    def __init__(self, device: torch.device | str) -> None:
+        self.nbytes = l2_flush_bytes(device)
+        self._buf = torch.empty(self.nbytes // 4, dtype=torch.int32, device=device)  # (nbytes / 4,)
+
+    def __call__(self) -> None:
+        self._buf.zero_()
+
+
+def _flusher(config: TimingConfig, device: torch.device) -> L2Flush | None:
+    """The L2 flush ``config`` asks for on ``device`` (None without ``flush_l2``); a CPU device is refused."""
+    if not config.flush_l2:
+        return None
+    return L2Flush(device)          # raises ValueError off CUDA
 
 
 def _rel_iqr(samples: list[float]) -> float:
@@ -96,8 +160,8 @@ class _StopRule:
 
 
 def _block_size(per_call_s: float, config: TimingConfig) -> int:
-    """Smallest k with k * per_call_s >= min_sample_s (at least 1)."""
-    if per_call_s >= config.min_sample_s:
+    """Smallest k with k * per_call_s >= min_sample_s (at least 1); always 1 with ``flush_l2``."""
+    if config.flush_l2 or per_call_s >= config.min_sample_s:
         return 1
     return max(1, math.ceil(config.min_sample_s / max(per_call_s, 1e-9)))
 
@@ -120,6 +184,8 @@ def measure_cpu(fn: Callable[[], object], config: TimingConfig) -> TimingResult:
        to PATIENCE * min_time_s (to ride out transients and narrow the median's CI);
        it is re-evaluated only when n has grown by ~10% since the last evaluation.
     """
+    if config.flush_l2:
+        raise ValueError("flush_l2 is CUDA-only (no defensible CPU cache flush: see harness.timing)")
     clock = time.perf_counter
     t_start = clock()
     prepared = Sampler(fn, config, torch.device("cpu"))        # steps 1-3
@@ -155,6 +221,9 @@ def measure_cuda(
     about min_time_s / 10 of GPU time: per sample a start/end event pair around k calls,
     then ONE synchronize per batch, after which the samples are read and the stop rule of
     ``measure_cpu`` is evaluated on wall-clock times.
+
+    With ``config.flush_l2`` every sample is ONE call (k = 1) between its own pair of events, preceded on the
+    stream by a write of ``l2_flush_bytes(device)`` outside the events: triton do_bench's cold-L2 timing.
     """
     dev = torch.device(device)
     if dev.type != "cuda":
@@ -164,6 +233,7 @@ def measure_cuda(
     event = torch.cuda.Event
     with torch.cuda.device(dev):
         stream = torch.cuda.current_stream(dev)
+        flush = _flusher(config, dev)
         t_start = clock()
         torch.cuda.synchronize(dev)
         t0 = clock()
@@ -195,6 +265,8 @@ def measure_cuda(
         s_start = clock()
         while True:
             for s_ev, e_ev in zip(starts, ends):
+                if flush is not None:
+                    flush()                       # enqueued before the start event: outside the timed interval
                 s_ev.record(stream)
                 for _ in repeat(None, k):
                     fn()
@@ -212,13 +284,15 @@ def measure_cuda(
         total_s=clock() - t_start,
         clock="cuda_event",
         rounds=consecutive_rounds(len(samples), config.rounds),
+        l2_flush_bytes=flush.nbytes if flush is not None else 0,
     )
 
 
 def measure(
     fn: Callable[[], object], config: TimingConfig, device: torch.device | str = "cpu"
 ) -> TimingResult:
-    """Time ``fn`` on ``device``: ``measure_cpu`` for cpu, ``measure_cuda`` for cuda."""
+    """Time ``fn`` on ``device``: ``measure_cpu`` for cpu, ``measure_cuda`` for cuda (``flush_l2`` is CUDA-only:
+    ValueError on a CPU)."""
     dev = torch.device(device)
     if dev.type == "cpu":
         return measure_cpu(fn, config)
@@ -230,11 +304,14 @@ def measure(
 class Sampler:
     """One callable prepared for timing — cold call, warm-up and block size, as ``measure_cpu`` describes —
     then ``sample()`` times one block of k calls (perf_counter on the CPU; CUDA events and a synchronize per
-    block on a GPU). ``measure_cpu`` and ``measure_interleaved`` both take their samples through it."""
+    block on a GPU; with ``flush_l2``, k = 1 and ``flush`` — shared by callables timed side by side, else made
+    here — runs before the start event). ``measure_cpu`` and ``measure_interleaved`` both sample through it."""
 
-    def __init__(self, fn: Callable[[], object], config: TimingConfig, device: torch.device) -> None:
+    def __init__(self, fn: Callable[[], object], config: TimingConfig, device: torch.device,
+                 flush: L2Flush | None = None) -> None:
         self.fn, self.device, self.samples, self.rounds = fn, device, [], []
         self.cuda = device.type == "cuda"
+        self.flush = (flush or _flusher(config, device)) if config.flush_l2 else None
         self._sync()
         c0 = time.perf_counter()
         fn()
@@ -265,6 +342,8 @@ class Sampler:
         fn, k = self.fn, self.k
         if self.cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            if self.flush is not None:
+                self.flush()                      # before the start event: outside the timed interval
             start.record()
             for _ in itertools.repeat(None, k):
                 fn()
@@ -297,7 +376,8 @@ class Sampler:
     def result(self, total_s: float) -> TimingResult:
         return TimingResult(cold_s=self.cold_s, samples_s=tuple(self.samples), block_size=self.k,
                             warmup_calls=self.n_warm, total_s=total_s,
-                            clock="cuda_event" if self.cuda else "perf_counter", rounds=tuple(self.rounds))
+                            clock="cuda_event" if self.cuda else "perf_counter", rounds=tuple(self.rounds),
+                            l2_flush_bytes=self.flush.nbytes if self.flush is not None else 0)
 
 
 def measure_interleaved(fns: Sequence[Callable[[], object]], config: TimingConfig,
@@ -314,18 +394,20 @@ def measure_interleaved(fns: Sequence[Callable[[], object]], config: TimingConfi
     3. Each result's ``rounds`` says how many of its samples each round holds; round i of every callable ran
        within the same round. ``harness.stats.paired_ratio`` turns two of them into a ratio whose interval is
        the spread of the per-round ratios (drift included); ``round_summary`` gives one side's drift.
+    With ``config.flush_l2`` (CUDA only) every sample is one call after a write of one shared flush buffer.
     A callable that raises is reported by its exception in place of a result and leaves the later rounds;
     the others go on. ``before[i]``, when given, runs untimed before callable i is prepared and before each of
     its rounds (e.g. its thread count: cases of one group may differ in it).
     """
     dev = torch.device(device)
     t_start = time.perf_counter()
+    flush = _flusher(config, dev)           # one flush buffer for all sides (ValueError on a CPU)
     out: list[Sampler | BaseException] = []
     setup = list(before) if before is not None else [lambda: None] * len(fns)
     for fn, pre in zip(fns, setup):
         try:
             pre()
-            out.append(Sampler(fn, config, dev))
+            out.append(Sampler(fn, config, dev, flush))
         except Exception as exc:  # noqa: BLE001 — one side's failure is its result
             out.append(exc)
     rng = random.Random(seed)

@@ -34,3 +34,94 @@ def test_builtin_suite_dry_run_exits_0(cli, path, quick):
     result = cli(*args)
     assert result.exit_code == 0, result.output
     assert "nothing measured" in result.output
+
+
+# ---------------------------------------------------------------- CPU runs unchanged; [cuda] expansions
+
+import hashlib  # noqa: E402
+
+from harness.suite import SUITES_DIR  # noqa: E402
+
+PINNED_CPU_KEYS = {
+    ("attention_core", False): (24, "63b8542e58efda5f"),
+    ("attention_core", True): (28, "2050356d5333e8be"),
+    ("attention_scaling", False): (60, "9579cbe9aa338783"),
+    ("attention_scaling", True): (30, "c45751620d9dc48b"),
+    ("ci", False): (6, "96057a1d6d0ded0c"),
+    ("ci", True): (6, "96057a1d6d0ded0c"),
+    ("heads", False): (7, "accde2789074dd7b"),
+    ("heads", True): (7, "e2899c22e381cd77"),
+    ("kv_cache", False): (64, "c57aa08abfd2be70"),
+    ("kv_cache", True): (20, "ed2a70e7fc1c468f"),
+    ("long_sequence", False): (30, "b8b9f3883efdd3b1"),
+    ("long_sequence", True): (36, "f50a47cbc9027571"),
+    ("norm_placement", False): (20, "9268ff9521597c9f"),
+    ("norm_placement", True): (12, "7b86e9dcc90be21d"),
+    ("ours_vs_torch", False): (20, "ec3fb48c588a5da7"),
+    ("ours_vs_torch", True): (20, "81ce0a78b717b333"),
+    ("positions", False): (30, "14c93a087c9107da"),
+    ("positions", True): (15, "23fe2dad8553336e"),
+    ("resolution_scaling", False): (12, "0cd81f1c3105e43f"),
+    ("resolution_scaling", True): (6, "2be21774f528e1e2"),
+    ("rnn_vs_attention", False): (60, "35631d453e5daada"),
+    ("rnn_vs_attention", True): (30, "2f02587eeb2f62e6"),
+    ("vit_vs_cnn", False): (14, "e164b095ef4d148e"),
+    ("vit_vs_cnn", True): (14, "0fc6453deedd6e01"),
+}
+"""(suite, --quick) -> (cases, sha1 of their keys in order) without --device cuda, taken before the [cuda] tables
+were added: a CPU run of every built-in suite keeps its cases and keys (stored runs, --resume and the CI
+baseline align by key). A deliberate change to a suite's CPU cases re-pins its entry here."""
+
+
+def _digest(keys: list[str]) -> str:
+    return hashlib.sha1(" ".join(keys).encode()).hexdigest()[:16]
+
+
+@pytest.mark.parametrize("quick", [False, True], ids=["full", "quick"])
+@pytest.mark.parametrize("path", SUITES, ids=[p.stem for p in SUITES])
+def test_cpu_cases_are_pinned(path, quick):
+    if (path.stem, quick) not in PINNED_CPU_KEYS:
+        pytest.fail(f"{path.name} is new: pin its CPU case keys in PINNED_CPU_KEYS")
+    keys = [c.key for c in load_suite(str(path), quick=quick).cases]
+    assert (len(keys), _digest(keys)) == PINNED_CPU_KEYS[(path.stem, quick)]
+    assert [c.key for c in load_suite(str(path), quick=quick, sets={"device": "cpu"}).cases] == keys
+
+
+CUDA_SUITES = ("attention_scaling", "vit_vs_cnn", "long_sequence", "kv_cache", "heads")
+
+
+@pytest.mark.parametrize("quick", [False, True], ids=["full", "quick"])
+@pytest.mark.parametrize("path", SUITES, ids=[p.stem for p in SUITES])
+def test_builtin_suite_expands_for_cuda(path, quick):
+    """Expanding for CUDA needs no GPU. A suite with [cuda] runs its GPU sizes in bf16 (and fp32 in the full
+    run), every line labelled with its dtype; a suite without one runs its CPU cases on the GPU."""
+    cpu = load_suite(str(path), quick=quick)
+    gpu = load_suite(str(path), quick=quick, sets={"device": "cuda"})
+    assert gpu.cases and len({c.key for c in gpu.cases}) == len(gpu.cases)
+    assert {c.workload.device for c in gpu.cases} == {"cuda"}
+    assert gpu.cuda == (path.stem in CUDA_SUITES)
+    if not gpu.cuda:
+        assert [(c.line, c.arch, c.overrides, c.workload.dtype) for c in gpu.cases] == [
+            (c.line, c.arch, c.overrides, c.workload.dtype) for c in cpu.cases]
+        return
+    dtypes = {c.workload.dtype for c in gpu.cases}
+    assert dtypes == ({"bf16"} if quick else {"bf16", "fp32"})
+    assert all(c.line.endswith(" " + c.workload.dtype) for c in gpu.cases)
+    assert not {c.key for c in gpu.cases} & {c.key for c in cpu.cases}
+
+
+def test_cuda_sizes_are_gpu_sized():
+    """What a GPU user expects: lengths past 16k where memory allows, batches that fill the device."""
+    def most(name: str, field: str) -> int:
+        return max(getattr(c.workload, field) for c in load_suite(name, sets={"device": "cuda"}).cases)
+    assert most("attention_scaling", "seq_len") >= 32768
+    assert most("long_sequence", "seq_len") >= 65536
+    assert most("kv_cache", "seq_len") >= 32768
+    assert most("vit_vs_cnn", "batch_size") >= 256
+    assert {c.workload.batch_size for c in load_suite("vit_vs_cnn", sets={"device": "cuda"}).cases} >= {1, 256}
+
+
+def test_every_builtin_cuda_table_is_documented():
+    for name in CUDA_SUITES:
+        text = (SUITES_DIR / f"{name}.toml").read_text()
+        assert "[cuda]" in text and "[cuda.quick]" in text and "On a CUDA device" in text, name

@@ -203,3 +203,49 @@ def test_median_agrees_with_torch_benchmark(
             break
     record_property("ratios", ratios)
     assert abs(ratios[-1] - 1.0) < TOLERANCE, f"measure_cpu / blocked_autorange medians: {ratios}"
+
+
+# ---------------------------------------------------------------- flush_l2 (CUDA only)
+
+
+def test_flush_l2_is_refused_on_a_cpu() -> None:
+    """A CPU has no defensible cache flush (harness.timing's docstring): every entry point says so."""
+    from harness.timing import _block_size, l2_flush_bytes, measure_interleaved
+
+    cfg = dataclasses.replace(TimingConfig.quick(), flush_l2=True)
+    assert not TimingConfig().flush_l2                        # opt-in: the default timing is unchanged
+    assert _block_size(1e-6, cfg) == 1 and _block_size(1e-6, TimingConfig.quick()) > 1
+    for call in (lambda: measure(lambda: None, cfg, "cpu"), lambda: measure_cpu(lambda: None, cfg),
+                 lambda: measure_interleaved([lambda: None], cfg, "cpu"), lambda: l2_flush_bytes("cpu")):
+        with pytest.raises(ValueError, match="CUDA-only"):
+            call()
+
+
+def test_cli_refuses_flush_l2_on_cpu_cases(cli, tmp_path) -> None:
+    from tests.helpers import TINY_SUITE
+
+    suite = tmp_path / "tiny.toml"
+    suite.write_text(TINY_SUITE)
+    result = cli("run", str(suite), "--flush-l2", "--dry-run")
+    assert result.exit_code == 2
+    assert "--flush-l2" in result.stderr and "CUDA only" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert cli("run", str(suite), "--flush-l2", "--device", "cuda", "--dry-run").exit_code == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_flush_l2_times_one_call_after_a_flush() -> None:
+    """One call per sample, a buffer >= 256 MiB and >= 2x L2 written outside the events, and a cold L2 shows:
+    an 8 MiB in-place add (fits in L2) takes longer after a flush than in the warm steady state."""
+    from harness.timing import FLUSH_MIN_BYTES, measure_interleaved
+
+    x = torch.zeros(2 * 1024 * 1024, device="cuda")                 # (2M,) fp32: 8 MiB
+    cfg = TimingConfig.quick()
+    warm = measure(lambda: x.add_(1.0), cfg, "cuda")
+    cold = measure(lambda: x.add_(1.0), dataclasses.replace(cfg, flush_l2=True), "cuda")
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    assert cold.block_size == 1 and warm.block_size > 1 and warm.l2_flush_bytes == 0
+    assert cold.l2_flush_bytes >= max(FLUSH_MIN_BYTES, 2 * l2)
+    assert statistics.median(cold.samples_s) > 1.05 * statistics.median(warm.samples_s)
+    side = measure_interleaved([lambda: x.add_(1.0)] * 2, dataclasses.replace(cfg, flush_l2=True), "cuda")
+    assert all(r.block_size == 1 and r.l2_flush_bytes == cold.l2_flush_bytes for r in side)
