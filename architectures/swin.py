@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch._subclasses.fake_tensor import FakeTensor
 
 from architectures.inputs import image_inputs
 from architectures.layers.attention import Attention, AttnImpl
@@ -95,10 +96,70 @@ def relative_index(m: int) -> Tensor:
     return rel[0] * (2 * m - 1) + rel[1]
 
 
+@dataclass(frozen=True)
+class WindowTables:
+    """Index tables of one (Hp, Wp) map, built once per shape and device (never per forward).
+
+    ``gather`` (3·nW·H·m²,): flat positions in a (Hp·Wp·3·H, hd) view of the per-token qkv projection,
+    in (q|k|v, window, head, token-in-window) order: the cyclic shift, the window partition and the head
+    split as one ``index_select``. ``scatter_window``/``scatter_token`` (Hp·Wp·H,): for each (position,
+    head) of the map, the (window·H + head, token-in-window) it came from: the inverse (merge, head
+    concat, shift back) as one advanced index. ``mask``: (nW, 1, m², m²) additive shift mask, or None.
+    """
+
+    n_windows: int
+    gather: Tensor
+    scatter_window: Tensor
+    scatter_token: Tensor
+    mask: Tensor | None
+
+
+def window_tables(hp: int, wp: int, m: int, shift: int, heads: int, device: torch.device) -> WindowTables:
+    """The :class:`WindowTables` of an (hp, wp) map (multiples of m) cut into m×m windows after a cyclic
+    shift by ``shift`` (0: none), for ``heads`` heads."""
+    nh, nw = hp // m, wp // m
+    rows = (torch.arange(hp) + shift) % hp                          # shifted row r holds original row rows[r]
+    cols = (torch.arange(wp) + shift) % wp
+    src = (rows[:, None] * wp + cols[None, :])                      # (Hp, Wp) original position of each shifted cell
+    src = src.view(nh, m, nw, m).permute(0, 2, 1, 3).reshape(nh * nw, m * m)   # (nW, m²)
+    part = torch.arange(3)[:, None, None, None] * heads + torch.arange(heads)[None, None, :, None]  # (3, 1, H, 1)
+    gather = (src[None, :, None, :] * 3 * heads + part).flatten()  # (3·nW·H·m²,)
+    # the inverse: shifted cell (r, c) = window (r//m, c//m), token (r%m, c%m); original p = shifted p + shift
+    r = (torch.arange(hp) - shift) % hp                              # original row -> its shifted row
+    c = (torch.arange(wp) - shift) % wp
+    win = (r[:, None] // m) * nw + (c[None, :] // m)                 # (Hp, Wp)
+    tok = (r[:, None] % m) * m + (c[None, :] % m)                    # (Hp, Wp)
+    scatter_window = (win.flatten()[:, None] * heads + torch.arange(heads)[None, :]).flatten()  # (Hp·Wp·H,)
+    scatter_token = tok.flatten()[:, None].expand(-1, heads).flatten()                          # (Hp·Wp·H,)
+    mask = shift_mask(hp, wp, m, shift, torch.device("cpu")).unsqueeze(1) if shift else None   # (nW, 1, m², m²)
+    return WindowTables(nh * nw, gather.to(device), scatter_window.to(device), scatter_token.to(device),
+                        None if mask is None else mask.to(device))
+
+
+def _is_fake(t: Tensor) -> bool:
+    return isinstance(t, FakeTensor) or t.device.type == "meta"
+
+
+def _row_aligned(bias: Tensor, multiple: int = 16) -> Tensor:
+    """The same values with each row's stride padded to a multiple of ``multiple`` elements: the layout
+    the CUDA memory-efficient SDPA kernel needs, so it does not pad a copy of the bias on every call."""
+    s = bias.shape[-1]
+    pad = (-s) % multiple
+    return F.pad(bias, (0, pad))[..., :s] if pad else bias
+
+
 class ShiftedWindowAttention(nn.Module):
-    """Swin's (shifted) window self-attention over a (B, H, W, C) map: the map is cut into M×M windows
-    (cyclically shifted first when ``shift``), each window is a batch row of the one :class:`Attention`,
-    and the learned relative-position bias (+ the shift mask) enters through its additive ``bias`` hook."""
+    """Swin's (shifted) window self-attention over a (B, H, W, C) map with the parameters of one
+    :class:`Attention` (its ``qkv``, ``out`` and core): windows of M×M tokens (cyclically shifted first when
+    ``shift``) attend within themselves, with the learned relative-position bias (+ the shift mask) as the
+    core's additive ``bias``.
+
+    The windows are the heads of the core's call: q, k, v are (B, nW·heads, M², hd), so the bias
+    (1, nW·heads, M², M²) broadcasts over the batch instead of being repeated per image. The projections run
+    per token on the map itself (shifting and windowing commute with them); one gather does the shift, the
+    partition and the head split, one the inverse (:class:`WindowTables`, cached per map shape). Under
+    no_grad the bias itself is cached too, keyed on the table's version (an optimiser step or a state-dict
+    load rebuilds it)."""
 
     def __init__(self, dim: int, n_heads: int, window: int, shift: int, impl: AttnImpl) -> None:
         super().__init__()
@@ -107,23 +168,58 @@ class ShiftedWindowAttention(nn.Module):
         self.rel_table = nn.Parameter(torch.empty((2 * window - 1) ** 2, n_heads))
         nn.init.trunc_normal_(self.rel_table, std=0.02)
         self.register_buffer("rel_index", relative_index(window), persistent=False)
+        self._tables: dict[tuple, WindowTables] = {}
+        self._bias: tuple[tuple, Tensor] | None = None
+
+    def tables(self, hp: int, wp: int, shift: int, device: torch.device, cache: bool = True) -> WindowTables:
+        """The map's index tables and mask, built on the first call per (hp, wp, device)."""
+        key = (hp, wp, shift, device)
+        found = self._tables.get(key) if cache else None
+        if found is None:
+            with torch.inference_mode(False), torch.no_grad():         # ordinary tensors, usable with autograd
+                found = window_tables(hp, wp, self.window, shift, self.n_heads, device)
+            if cache:
+                self._tables[key] = found
+        return found
+
+    def bias(self, tables: WindowTables, cache: bool = True) -> Tensor:
+        """(1, nW·heads, M², M²) relative-position bias + shift mask in the table's dtype."""
+        grad = torch.is_grad_enabled() and self.rel_table.requires_grad
+        key = None
+        if cache and not grad:
+            table = self.rel_table
+            key = (id(tables), table.device, table.dtype, table._version, table.data_ptr())
+            if self._bias is not None and self._bias[0] == key:
+                return self._bias[1]
+        t, heads, n = self.window ** 2, self.n_heads, tables.n_windows
+        rel = self.rel_table[self.rel_index].permute(2, 0, 1).unsqueeze(0)   # (1, heads, M², M²)
+        if tables.mask is not None:
+            full = rel + tables.mask.to(rel.dtype)                            # (nW, heads, M², M²)
+        else:
+            full = rel.expand(n, heads, t, t)
+        out = _row_aligned(full.reshape(1, n * heads, t, t))                 # (1, nW·heads, M², M²)
+        if key is not None:
+            self._bias = (key, out)
+        return out
 
     def forward(self, x: Tensor) -> Tensor:                         # (B, H, W, C) -> (B, H, W, C)
-        b, h, w, _ = x.shape
-        m = self.window
-        x = F.pad(x, (0, 0, 0, (m - w % m) % m, 0, (m - h % m) % m))  # (B, Hp, Wp, C)
-        hp, wp = x.shape[1], x.shape[2]
+        b, h, w, c = x.shape
+        m, heads = self.window, self.n_heads
+        pad_b, pad_r = (m - h % m) % m, (m - w % m) % m
+        if pad_b or pad_r:
+            x = F.pad(x, (0, 0, 0, pad_r, 0, pad_b))                  # (B, Hp, Wp, C)
+        hp, wp = h + pad_b, w + pad_r
         shift = self.shift if min(hp, wp) > m else 0                # one window covers it all: no shift
-        bias = self.rel_table[self.rel_index].permute(2, 0, 1).unsqueeze(0)  # (1, heads, m², m²)
-        if shift:
-            x = torch.roll(x, shifts=(-shift, -shift), dims=(1, 2))
-            mask = shift_mask(hp, wp, m, shift, x.device).to(bias.dtype)   # (nW, m², m²)
-            bias = (bias + mask.unsqueeze(1)).repeat(b, 1, 1, 1)      # (B·nW, heads, m², m²)
-        y = self.attn(window_partition(x, m), bias=bias)             # (B·nW, m², C)
-        y = window_merge(y, m, b, hp, wp)                            # (B, Hp, Wp, C)
-        if shift:
-            y = torch.roll(y, shifts=(shift, shift), dims=(1, 2))
-        return y[:, :h, :w]                                          # (B, H, W, C)
+        cache = not (_is_fake(x) or torch.compiler.is_compiling())
+        tables = self.tables(hp, wp, shift, x.device, cache)
+        n, hd = tables.n_windows, c // heads
+        qkv = self.attn.qkv(x).view(b, hp * wp * 3 * heads, hd)      # (B, Hp·Wp·3·heads, hd), per token
+        qkv = qkv.index_select(1, tables.gather).view(b, 3, n * heads, m * m, hd)
+        q, k, v = qkv.unbind(1)                                      # 3 × (B, nW·heads, M², hd)
+        y = self.attn.core(q, k, v, self.bias(tables, cache))       # (B, nW·heads, M², hd)
+        y = y[:, tables.scatter_window, tables.scatter_token]       # (B, Hp·Wp·heads, hd), shifted back
+        y = self.attn.out(y.view(b, hp, wp, c))                      # (B, Hp, Wp, C)
+        return y[:, :h, :w] if pad_b or pad_r else y                 # (B, H, W, C)
 
 
 class SwinBlock(nn.Module):

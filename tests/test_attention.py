@@ -316,4 +316,4 @@ def test_ours_vs_torch_suite_compares_equal_work():
     for case in suite.cases:
         spec = registry.resolve(case.arch, **dict(case.overrides))
         groups.setdefault((case.line.split(",")[0], case.workload.mode), set()).add(counted_cost(spec, case.workload))
-    assert len(groups) == 6 and all(len(costs) == 1 for costs in groups.values()), groups
+    assert len(groups) == 8 and all(len(costs) == 1 for costs in groups.values()), groups

@@ -109,7 +109,10 @@ class Block(nn.Module):
     def forward(self, x: Tensor, context: Tensor | None = None, *, causal: bool = False,
                 bias: Tensor | None = None, rotate: Callable | None = None, cache=None) -> Tensor:
         """x: (B, T, d); context: (B, S, d) for cross-attention. Returns (B, T, d)."""
-        x = self.res_attn(x, lambda h: self.attn(h, causal=causal, bias=bias, rotate=rotate, cache=cache))
+        if causal or bias is not None or rotate is not None or cache is not None:
+            x = self.res_attn(x, lambda h: self.attn(h, causal=causal, bias=bias, rotate=rotate, cache=cache))
+        else:                                   # an encoder layer (ViT): no closure per call
+            x = self.res_attn(x, self.attn)
         if self.cross_attn is not None:
             x = self.res_cross(x, lambda h: self.cross_attn(h, context))
         return self.res_mlp(x, self.mlp)
