@@ -13,6 +13,7 @@ from cli.common import debug_option, err, load_plugins, out, plugin_option, show
 from harness import registry, session
 from harness.errors import BenchInputError
 from harness.executors import EXECUTORS, make_executor
+from harness.overhead import RunOverhead, summary_line
 from harness.records import CaseRecord, RunRecord
 from harness.store import Store
 from harness.suite import case_from_record, list_suites, load_suite, parse_set
@@ -57,6 +58,9 @@ def list_cmd(what: str, pattern: str, plugins: tuple[str, ...]) -> None:
 @click.option("--interleave", is_flag=True,
               help="Time the lines at each sweep point side by side in rounds (one line: the whole sweep), so their "
                    "ratios cancel the machine's drift.")
+@click.option("--flush-l2", is_flag=True,
+              help="CUDA only: zero a buffer larger than L2 before each timed call and time one call per sample "
+                   "(triton do_bench's cold-cache number; default: warm L2, as torch.utils.benchmark).")
 @click.option("--no-calibrate", is_flag=True,
               help="Skip measuring this machine's peak (matmul FLOP/s, copy GB/s) before the cases.")
 @click.option("--report", "report_path", default=None, metavar="FILE.html",
@@ -67,7 +71,7 @@ def list_cmd(what: str, pattern: str, plugins: tuple[str, ...]) -> None:
 @debug_option
 def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | None, resume: bool,
             dry_run: bool, sets: tuple[str, ...], timeout: float | None, executor: str, interleave: bool,
-            no_calibrate: bool, report_path: str | None, no_report: bool, plugins: tuple[str, ...], debug: bool) -> None:
+            flush_l2: bool, no_calibrate: bool, report_path: str | None, no_report: bool, plugins: tuple[str, ...], debug: bool) -> None:
     """Run SUITE (a path or a built-in suite name), storing every case as it finishes; then print what the
     run shows (fitted exponents and ratios) and write its HTML report. `bench show RUN` has every case."""
     plugin_files = load_plugins(plugins)
@@ -76,6 +80,8 @@ def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | No
         pinned["device"] = device
     suite = load_suite(suite_ref, quick=quick, sets=pinned)
     cases = list(suite.cases)
+    if flush_l2:
+        check_flush_l2(cases)
     if dry_run:
         for c in cases:
             over = ", ".join(f"{k}={v}" for k, v in c.overrides)
@@ -84,9 +90,13 @@ def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | No
         return
     show_logs()
     store = Store(store_url)
+    if resume:
+        check_resume_timing(store.resumable(suite.name, quick), flush_l2)
     opened = session.open_run(store, suite, cases, resume=resume, quick=quick, timeout=timeout,
-                              calibrate=not no_calibrate)
+                              calibrate=not no_calibrate, extra_options={"flush_l2": True} if flush_l2 else None)
     opts = session.run_options(quick, timeout, debug=debug, plugins=plugin_files, interleave=interleave)
+    if flush_l2:
+        opts = dataclasses.replace(opts, timing=dataclasses.replace(opts.timing, flush_l2=True))
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.fields[last]}"))
     try:
@@ -113,6 +123,23 @@ def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | No
     sys.exit(1 if failed else 0)
 
 
+def check_flush_l2(cases: list) -> None:
+    """``--flush-l2`` is CUDA-only: a case on another device is a one-line input error (exit 2)."""
+    off = sorted({c.workload.device for c in cases if not c.workload.device.startswith("cuda")})
+    if off:
+        raise BenchInputError(f"CUDA only, and this run has cases on {', '.join(off)}: a CPU's last-level cache is "
+                              "shared with other processes and cannot be flushed defensibly (harness/timing.py); "
+                              "add --device cuda or drop --flush-l2", where="--flush-l2")
+
+
+def check_resume_timing(previous: RunRecord | None, flush_l2: bool) -> None:
+    """A resumed run keeps its timing: its cases and the new ones must agree on ``--flush-l2``."""
+    if previous is not None and bool(previous.options.get("flush_l2")) != flush_l2:
+        was = "with" if previous.options.get("flush_l2") else "without"
+        raise BenchInputError(f"run {previous.id} was timed {was} --flush-l2; resume it the same way, or start a new "
+                              "run", where="--resume")
+
+
 def render_run(run: RunRecord, records: list[CaseRecord]) -> None:
     """A stored run in the terminal: every case, then the fitted exponents and ratios."""
     findings = run_findings(run, records)
@@ -121,6 +148,8 @@ def render_run(run: RunRecord, records: list[CaseRecord]) -> None:
         out.print(findings_table(findings))
     for line in headline_lines(findings):
         out.print(line, highlight=False, soft_wrap=True)
+    if run.options.get("overhead"):
+        out.print(summary_line(RunOverhead.from_dict(run.options["overhead"])), highlight=False, soft_wrap=True)
 
 
 @click.command("runs")

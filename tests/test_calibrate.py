@@ -70,11 +70,13 @@ def test_peak_share_from_stored_data(runs):
     for r, (_, f) in zip(rows, frame.iterrows()):
         assert r.status == "ok" and r.metrics["flops"] > 0
         achieved = r.metrics["flops"] / (r.metrics["median_ms"] / 1e3)
-        share = achieved / peak["cpu"]["matmul_flops_per_s"]["fp32"]
+        executed = 2 * r.metrics["executed_macs"] / (r.metrics["median_ms"] / 1e3)   # what the kernels ran
+        share = executed / peak["cpu"]["matmul_flops_per_s"]["fp32"]
         assert f["achieved_flops_per_s"] == pytest.approx(achieved, rel=1e-9)
         assert f["peak_share"] == pytest.approx(share, rel=1e-9)
         assert 0 < f["peak_share"] < 1.5
-        assert rates(r, peak) == pytest.approx({"achieved_flops_per_s": achieved, "peak_share": share})
+        assert rates(r, peak) == pytest.approx({"achieved_flops_per_s": achieved, "executed_flops_per_s": executed,
+                                                "peak_share": share})
 
 
 def test_runs_without_a_peak_lack_peak_share(runs):
@@ -82,3 +84,26 @@ def test_runs_without_a_peak_lack_peak_share(runs):
     frame = pd.read_csv(io.StringIO(invoke("export", plain.id, "--format", "csv", "--store", url).stdout))
     assert "peak_share" not in frame.columns and "achieved_flops_per_s" in frame.columns
     assert "peak_share" not in wide_frame(store.records(plain.id)).columns
+
+
+def test_max_peak_keeps_the_higher_rate_per_device_and_dtype() -> None:
+    from harness.session import max_peak
+    start = {"cpu": {"matmul_flops_per_s": {"fp32": 50e9, "bf16": 10e9}, "copy_bytes_per_s": 9e9}}
+    end = {"cpu": {"matmul_flops_per_s": {"fp32": 70e9}, "copy_bytes_per_s": 8e9},
+           "cuda:0": {"matmul_flops_per_s": {"bf16": 700e12}, "copy_bytes_per_s": 3e12}}
+    merged = max_peak(start, end)
+    assert merged["cpu"]["matmul_flops_per_s"] == {"fp32": 70e9, "bf16": 10e9}
+    assert merged["cpu"]["copy_bytes_per_s"] == 9e9
+    assert merged["cuda:0"] == end["cuda:0"]
+    assert max_peak(end, start) == merged
+
+
+def test_a_run_recalibrates_at_its_end_and_keeps_the_higher_peak(tmp_path) -> None:
+    from harness.store import Store
+    from tests.helpers import run_tiny
+    _, url, res = run_tiny(tmp_path)
+    assert res.exit_code == 0, res.stderr
+    run = Store(url, create=False).list_runs()[0]
+    start, end, peak = run.options["peak_start"], run.options["peak_end"], run.options["peak"]
+    rates = [p["cpu"]["matmul_flops_per_s"]["fp32"] for p in (start, end, peak)]
+    assert rates[2] == max(rates[0], rates[1]) and rates[0] != rates[1]     # two real measurements

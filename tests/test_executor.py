@@ -225,3 +225,11 @@ def test_an_interleaved_group_whose_worker_dies_is_run_case_by_case():
     assert recs["killer"].status == "oom"
     assert recs["fine"].ok and recs["also fine"].ok and recs["next point"].ok
     assert not recs["fine"].group                                  # measured alone after the group was lost
+
+
+def test_the_worker_outlives_exceptions_and_caught_ooms(sweep):
+    """Only a crash or a timeout replaces the worker (issue 14 item 7): the worker started after exit3 ran boom,
+    both OOMs and ok_d."""
+    workers = [sweep.out[line].built_in for line in ("boom", "torch_oom", "memory_error", "ok_d")]
+    assert all(len(w) == 1 for w in workers) and len(set().union(*workers)) == 1
+    assert sweep.out["ok_d"].worker_pid in workers[0]

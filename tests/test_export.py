@@ -52,7 +52,7 @@ def test_tidy_csv_one_row_per_case_and_metric(stored, tmp_path):
     tidy = pd.read_csv(io.StringIO(res.stdout))
     assert list(tidy.columns[-2:]) == ["metric", "value"]
     assert {"run_id", "case_key", "line", "arch", "seq_len", "cfg.n_kv_heads"} <= set(tidy.columns)
-    n_metrics = sum(len(r.metrics) + 2 for r in rows)     # + achieved_flops_per_s, peak_share
+    n_metrics = sum(len(r.metrics) + 3 for r in rows)     # + achieved_ and executed_flops_per_s, peak_share
     assert len(tidy) == n_metrics and tidy["value"].notna().all()
     assert not tidy.duplicated(["case_key", "metric"]).any()
     assert {"median_ms", "macs", "flops", "peak_bytes", "achieved_flops_per_s", "peak_share"} <= set(tidy["metric"])

@@ -10,6 +10,9 @@ from harness.spec import Case
 
 
 class InlineExecutor:
+    startup_s: float = 0.0
+    starts: int = 0
+
     def run(self, cases: Sequence[Case], opts: RunOptions) -> Iterator[CaseRecord]:
         if opts.interleave:
             for group in interleave_groups(cases):

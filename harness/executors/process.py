@@ -1,7 +1,10 @@
-"""Cases in a spawned worker process, reused across cases and restarted after any failure.
+"""Cases in a spawned worker process, reused across cases (and their built models: harness.runner.MODELS).
 
 A hang is killed at the per-case timeout (``timeout``), a worker that dies (the kernel's OOM
-killer sends SIGKILL; a segfault) is recorded against its case, and the sweep goes on.
+killer sends SIGKILL; a segfault) is recorded against its case, and the sweep goes on in a new
+worker. A Python exception or a caught out-of-memory is the case's result and the worker stays;
+only an error that poisons its CUDA context (:func:`harness.executors.base.poisons_worker`)
+replaces it.
 """
 from __future__ import annotations
 
@@ -9,11 +12,12 @@ import ctypes
 import multiprocessing as mp
 import signal
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from multiprocessing.connection import Connection
 
 from harness import registry
-from harness.executors.base import interleave_groups
+from harness.executors.base import interleave_groups, poisons_worker
 from harness.runner import RunOptions, run_case, run_group
 from harness.records import CaseRecord
 from harness.spec import Case
@@ -50,8 +54,18 @@ class ProcessExecutor:
     def __init__(self) -> None:
         self.proc: mp.process.BaseProcess | None = None
         self.conn: Connection | None = None
+        self.startup_s = 0.0      # spawning workers until each said ready (harness.overhead)
+        self.starts = 0
 
     def _start(self) -> None:
+        t0 = time.perf_counter()
+        try:
+            self._spawn()
+        finally:
+            self.startup_s += time.perf_counter() - t0
+            self.starts += 1
+
+    def _spawn(self) -> None:
         parent, child = _CTX.Pipe()
         self.proc = _CTX.Process(target=_worker, args=(child,), daemon=True, name="bench-worker")
         self.proc.start()
@@ -92,7 +106,7 @@ class ProcessExecutor:
                 self._stop()
                 yield from self._each(group, opts)
                 continue
-            if any(r.status != "ok" for r in records):
+            if any(poisons_worker(r.message) for r in records if r.status == "error"):
                 self._stop()
             yield from records
 
@@ -104,9 +118,9 @@ class ProcessExecutor:
     def _each(self, cases: Sequence[Case], opts: RunOptions) -> Iterator[CaseRecord]:
         for case in cases:
             self._ensure()
-            rec = self._one(case, opts)
-            if rec.status != "ok":
-                self._stop()          # a fresh worker after any failure: no leaked state
+            rec = self._one(case, opts)       # a timeout or a crash has stopped the worker already
+            if rec.status == "error" and poisons_worker(rec.message):
+                self._stop()                  # its CUDA context is unusable: a fresh worker for the next case
             yield rec
 
     def _group(self, group: list[Case], opts: RunOptions) -> list[CaseRecord] | None:
@@ -132,6 +146,7 @@ class ProcessExecutor:
         except (EOFError, OSError):
             self.proc.join(5)
             code = self.proc.exitcode
+            self._stop()
             if code == -signal.SIGKILL:
                 return case.record("oom", "worker was killed (SIGKILL), most likely by the kernel's "
                                           "out-of-memory killer")
