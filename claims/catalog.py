@@ -15,7 +15,7 @@ CATALOG = Path(__file__).with_name("claims.toml")
 CLAIM_KEYS = {"section", "title", "quote", "where", "probe", "rules", "document_figure", "published", "units", "needs",
               "added"}
 RULE_KEYS = {"figure", "test", "says", "lo", "hi", "value", "rel_tol", "central", "device"}
-DEVICES = ("", "cuda")                 # a rule only a run on that device can measure ("" = any)
+DEVICES = ("", "cpu", "cuda")          # a rule only a run on that device decides ("" = any)
 NEEDS = {"within": ("lo", "hi"), "at_least": ("lo",), "at_most": ("hi",), "equals": ("value",), "is_true": ()}
 
 

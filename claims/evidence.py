@@ -71,9 +71,12 @@ class Context:
 
     # -- suites ----------------------------------------------------------------------------
     def suite(self, name: str, sets: dict[str, Any] | None = None) -> tuple[RunRecord, list[CaseRecord]]:
-        """The run of built-in suite ``name`` (with ``sets`` pinned, as ``--set``) and its records."""
+        """The run of suite ``name`` (built-in, or a path) with ``sets`` pinned (as ``--set``) on this context's
+        device (a CUDA device applies the suite's [cuda] table), and its records."""
         sets = dict(sets or {})
         sets.setdefault("threads", self.threads)
+        if self.device != "cpu":
+            sets.setdefault("device", self.device)
         key = (name, tuple(sorted(sets.items())))
         if key in self._suites:
             self.provenance.append(self._run_provenance(*self._suites[key]))

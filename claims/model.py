@@ -24,6 +24,7 @@ class Figure:
     note: str = ""
     n: int | None = None                   # samples behind the interval (seeds, points of a fit)
     busy: str = ""                         # why a timing was measured on a busy machine ("" when it was not)
+    mode: str = ""                         # how the models executed ("" = eager; e.g. "compiled (default)")
 
     @property
     def has_interval(self) -> bool:
@@ -45,7 +46,7 @@ class Figure:
 
     def as_dict(self) -> dict[str, Any]:
         return {"value": self.value, "lo": self.lo, "hi": self.hi, "unit": self.unit, "note": self.note,
-                "n": self.n, "text": self.text(), "busy": self.busy}
+                "n": self.n, "text": self.text(), "busy": self.busy, "mode": self.mode}
 
 
 def mean_ci(values: Sequence[float], unit: str = "", note: str = "", confidence: float = 0.95) -> Figure:
@@ -73,7 +74,7 @@ class Rule:
     value: float | None = None
     rel_tol: float = 0.0
     central: bool = False                  # the claim's headline: it alone can contradict the claim
-    device: str = ""                       # "cuda": only a run on that device measures it
+    device: str = ""                       # "cuda" / "cpu": only a run on that device decides it ("" = any)
 
 
 @dataclass(frozen=True)
@@ -102,10 +103,17 @@ class Claim:
 
 @dataclass(frozen=True)
 class Outcome:
+    """One rule decided (or not) on one device; after a merge of two devices' verdicts, ``others`` holds the
+    same rule as the other device decided it, and ``conflict`` says the two disagreed (pass against fail)."""
+
     rule: Rule
     status: RuleStatus
     detail: str                            # e.g. "1.93 [1.88, 1.98] within [1.6, 2.2]"
     figure: Figure | None = None
+    device: str = ""                       # where it was decided ("" when it was not: unavailable)
+    mode: str = ""                         # how the models executed for its figure ("eager", "compiled (default)")
+    others: tuple["Outcome", ...] = ()     # the same rule decided on another device (a merge keeps them)
+    conflict: bool = False                 # devices disagree on it: shown, never resolved silently
 
 
 @dataclass
@@ -141,6 +149,6 @@ class Verdict:
     reason: str
     outcomes: list[Outcome]
     evidence: Evidence
-    device: str = "cpu"                    # where the rules were decided (rules for another device unmeasured)
-    mode: str = "eager"                    # how the models executed (eager; compiled modes belong to the GPU work)
+    device: str = "cpu"                    # where the rules were decided ("cpu + cuda" after a merge)
+    mode: str = "eager"                    # how the models executed for the decided rules ("eager, compiled (default)")
     provenance: list[dict[str, Any]] = field(default_factory=list)   # per source: commit, torch, device

@@ -1,11 +1,13 @@
-"""Verdicts → the JSON claims document that ``bench claims`` writes and both HTML views render from
-(:mod:`reports.claims_view` reads it without importing the claims package)."""
+"""Verdicts ↔ the JSON claims document that ``bench claims`` writes and both HTML views render from
+(:mod:`reports.claims_view` reads it without importing the claims package); :func:`read_verdicts` reads a
+document back into verdicts (``bench claims --merge``)."""
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
-from claims.model import Chart, Rule, Verdict
+from claims.model import Chart, Claim, Evidence, Figure, Outcome, Rule, Verdict
+from harness.errors import BenchInputError
 
 DOCUMENT_KIND = "bench-claims"
 
@@ -17,14 +19,21 @@ def to_record(v: Verdict) -> dict[str, Any]:
     return {"id": c.id, "title": c.title, "section": c.section, "quote": c.quote, "where": c.where, "added": c.added,
             "verdict": v.verdict, "reason": v.reason, "device": v.device, "mode": v.mode,
             "provenance": v.provenance, "probe_failed": v.evidence.failed or None,
-            "rules": [{"says": o.rule.says, "figure": o.rule.figure, "test": o.rule.test, "status": o.status,
-                       "central": o.rule.central, "device": o.rule.device or None,
-                       "detail": o.detail, "measured": o.figure.as_dict() if o.figure else None}
-                      for o in v.outcomes],
+            "rules": [_outcome_record(o) for o in v.outcomes],
             "document_figure": c.document_figure, "published": [vars(p) for p in c.published],
             "units": c.units, "sources": v.evidence.sources, "notes": [n for n in v.evidence.notes if n],
             "figures": {k: f.as_dict() for k, f in v.evidence.figures.items()},
             "chart": dataclasses.asdict(chart) if chart else None}
+
+
+def _outcome_record(o: Outcome) -> dict[str, Any]:
+    """One rule's outcome: ``device`` is the device the rule needs, ``decided_on`` where it was decided, with
+    the ``mode`` its figure measured; ``others`` the same rule as another device decided it (after a merge)."""
+    return {"says": o.rule.says, "figure": o.rule.figure, "test": o.rule.test, "status": o.status,
+            "central": o.rule.central, "device": o.rule.device or None, "decided_on": o.device or None,
+            "mode": o.mode or None, "conflict": o.conflict, "detail": o.detail,
+            "measured": o.figure.as_dict() if o.figure else None,
+            "others": [_outcome_record(x) for x in o.others]}
 
 
 def _reference(rule: Rule) -> float | None:
@@ -55,3 +64,50 @@ def rules_chart(v: Verdict) -> Chart | None:
 def claims_document(verdicts: list[Verdict], env: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
     """What ``bench claims`` writes as JSON and what both HTML views render from."""
     return {"kind": DOCUMENT_KIND, "context": context, "env": env, "claims": [to_record(v) for v in verdicts]}
+
+
+# -- reading a document back ------------------------------------------------------------------
+FIGURE_FIELDS = ("value", "lo", "hi", "unit", "note", "n", "busy", "mode")
+
+
+def _figure(raw: dict[str, Any] | None) -> Figure | None:
+    if raw is None:
+        return None
+    return Figure(**{k: raw[k] for k in FIGURE_FIELDS if raw.get(k) is not None})
+
+
+def _outcome(raw: dict[str, Any], rule: Rule, device: str) -> Outcome:
+    """A stored rule outcome; a document written before rules named their device was decided on its claim's."""
+    decided = raw["status"] != "unavailable"
+    return Outcome(rule, raw["status"], raw["detail"], _figure(raw.get("measured")),
+                   device=raw.get("decided_on") or (device if decided else ""),
+                   mode=raw.get("mode") or ("eager" if decided else ""),
+                   others=tuple(_outcome(x, rule, device) for x in raw.get("others") or ()),
+                   conflict=bool(raw.get("conflict")))
+
+
+def read_verdict(record: dict[str, Any], claim: Claim) -> Verdict:
+    """One claim record of a document as a Verdict over ``claim`` (this checkout's catalog entry); a rule the
+    catalog does not hold, or a catalog rule the record lacks, means another catalog wrote it: an error."""
+    rules = {r.figure: r for r in claim.rules}
+    stored = {r["figure"]: r for r in record["rules"]}
+    if set(stored) != set(rules):
+        odd = sorted(set(stored) ^ set(rules))
+        raise BenchInputError(f"{claim.id}'s rules differ from this checkout's catalog ({', '.join(odd)}): "
+                              "the document was written by other code; run bench claims again")
+    outcomes = [_outcome(stored[r.figure], r, record["device"]) for r in claim.rules]
+    chart = record.get("chart")
+    ev = Evidence(figures={k: f for k, raw in (record.get("figures") or {}).items() if (f := _figure(raw))},
+                  chart=Chart(**chart) if chart else None, notes=list(record.get("notes") or []),
+                  sources=list(record.get("sources") or []), failed=record.get("probe_failed") or "")
+    return Verdict(claim, record["verdict"], record["reason"], outcomes, ev, device=record["device"],
+                   mode=record["mode"], provenance=list(record.get("provenance") or []))
+
+
+def read_verdicts(doc: dict[str, Any], catalog: list[Claim]) -> list[Verdict]:
+    """Every claim of a (checked) claims document as verdicts over this checkout's catalog."""
+    by_id = {c.id: c for c in catalog}
+    unknown = [r["id"] for r in doc["claims"] if r["id"] not in by_id]
+    if unknown:
+        raise BenchInputError(f"claim(s) {', '.join(unknown)} are not in this checkout's catalog")
+    return [read_verdict(r, by_id[r["id"]]) for r in doc["claims"]]

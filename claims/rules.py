@@ -3,6 +3,7 @@ outcomes → one verdict. An interval that straddles a bound is ``unsure``: neve
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from claims.model import Evidence, Figure, Outcome, Rule
 
@@ -60,8 +61,16 @@ def evaluate(rules: tuple[Rule, ...], evidence: Evidence, device: str = "cpu", f
             reason = evidence.unavailable.get(rule.figure, "not measured")
             out.append(Outcome(rule, "unavailable", f"{rule.figure}: {reason}"))
         else:
-            out.append(check(rule, fig, force))
+            o = check(rule, fig, force)
+            out.append(o if o.status == "unavailable" else replace(o, device=device, mode=fig.mode or "eager"))
     return out
+
+
+def decided_modes(outcomes: list[Outcome]) -> str:
+    """How the models executed for the decided rules ("eager", "eager, compiled (default)"); "eager" when none."""
+    modes = dict.fromkeys(m for o in outcomes if o.status != "unavailable"
+                          for m in (o.mode, *(x.mode for x in o.others)) if m)
+    return ", ".join(modes) or "eager"
 
 
 def central(outcomes: list[Outcome]) -> Outcome:
@@ -88,6 +97,9 @@ def combine(outcomes: list[Outcome]) -> tuple[str, str]:
     missing = [o.detail for o in by["unavailable"] if o is not head]
     if missing:
         parts.append("not tested: " + "; ".join(missing))
+    torn = [o.rule.says for o in outcomes if o.conflict]
+    if torn:
+        parts.append("devices disagree (shown as undecided): " + "; ".join(torn))
     reason = " | ".join(parts)
     if len(by["pass"]) == len(outcomes):
         return "supported", reason

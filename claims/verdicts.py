@@ -8,7 +8,7 @@ from typing import Any, Callable
 from claims.evidence import Context
 from claims.model import Claim, Evidence, Verdict
 from claims.probes import ProbeFn, load_all
-from claims.rules import combine, evaluate
+from claims.rules import combine, decided_modes, evaluate
 
 
 class ProbeContractError(RuntimeError):
@@ -19,7 +19,8 @@ def decide(claim: Claim, evidence: Evidence, device: str = "cpu",
            provenance: list[dict[str, Any]] | None = None, force: bool = False) -> Verdict:
     outcomes = evaluate(claim.rules, evidence, device, force)
     verdict, reason = combine(outcomes)
-    return Verdict(claim, verdict, reason, outcomes, evidence, device=device, provenance=list(provenance or []))
+    return Verdict(claim, verdict, reason, outcomes, evidence, device=device, mode=decided_modes(outcomes),
+                   provenance=list(provenance or []))
 
 
 def checked(name: str, fn: ProbeFn, declared: tuple[str, ...], ctx: Context) -> Evidence:

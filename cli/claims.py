@@ -1,5 +1,7 @@
-"""``bench claims [--quick] [--only C07,C16] [-o claims.html]``: measure what the claims need (reusing stored
-runs and experiments from the same environment), print the verdict table, write the HTML and JSON."""
+"""``bench claims [--quick] [--only C07,C16] [--device cuda] [--merge cpu.json] [-o claims.html]``: measure what
+the claims need (reusing stored runs and experiments from the same environment), print the verdict table, write
+the HTML and JSON. ``--device cuda`` decides the claims with a GPU rule on the GPU; ``--merge`` joins the verdicts
+another device's ``bench claims`` wrote, each rule decided on its own device."""
 from __future__ import annotations
 
 import json
@@ -8,17 +10,19 @@ import time
 from pathlib import Path
 
 import click
+import torch
 
 from claims.catalog import load_catalog, select_claims
 from claims.evidence import Context
-from claims.model import Verdict
-from claims.record import claims_document
+from claims.merge import base_device, merge_runs
+from claims.model import Claim, Verdict
+from claims.record import claims_document, read_verdicts
 from claims.verdicts import run_claims
 from cli.common import debug_option, err, out, show_logs, store_option
 from harness.env import fingerprint, usable_cores
 from harness.errors import BenchInputError
 from harness.store import Store
-from reports.claims_view import VERDICTS, markdown_table, render_claims
+from reports.claims_view import VERDICTS, check_document, markdown_table, render_claims
 from reports.terminal import VERDICT_STYLE, verdict_table
 
 DEFAULT_OUTPUT = "results/claims.html"
@@ -37,12 +41,24 @@ DEFAULT_OUTPUT = "results/claims.html"
 @click.option("--force", is_flag=True,
               help="Decide timing rules even when other processes kept the machine busy while they were measured.")
 @click.option("--list", "list_only", is_flag=True, help="List the claims and what each needs; measure nothing.")
+@click.option("--device", default="cpu", show_default=True, metavar="cpu|cuda|cuda:N",
+              help="Where to measure. On cuda: the claims with a rule for a GPU (C08, C21, C23), their rules decided "
+                   "there.")
+@click.option("--merge", "merge_path", default=None, metavar="OTHER.json",
+              help="Join the verdicts `bench claims` wrote on another device (its .json, e.g. a CPU run's "
+                   "results/claims.json): each rule decided on its own device, each claim decided again over all "
+                   "its rules; the written report holds both.")
 @debug_option
 def claims(quick: bool, only: str | None, output: str, markdown: str | None, store_url: str | None, fresh: bool,
-           seeds: str, threads: int | None, force: bool, list_only: bool, debug: bool) -> None:
+           seeds: str, threads: int | None, force: bool, list_only: bool, device: str, merge_path: str | None,
+           debug: bool) -> None:
     """Test the documents' claims (C01–C39): a verdict for each, with the figures that decided it, the device
     that measured them and their provenance. Exits 1 (after the table and the report) when a probe failed."""
-    chosen = select_claims(load_catalog(), only)
+    catalog = load_catalog()
+    device = check_device(device)
+    chosen = select_claims(catalog, only)
+    if base_device(device) == "cuda":
+        chosen = gpu_claims(catalog, chosen, only)
     if list_only:
         for c in chosen:
             out.print(f"{c.id}  {c.title}  [dim]({c.probe}: {', '.join(c.needs) or 'computed directly'})[/]")
@@ -56,18 +72,29 @@ def claims(quick: bool, only: str | None, output: str, markdown: str | None, sto
     path = Path(output)
     if path.is_dir():
         raise BenchInputError(f"{output} is a directory", where="--output")
+    merged = read_merge(merge_path, device, catalog) if merge_path else None
+    cuda_available(device)
     show_logs()
     threads = threads or usable_cores()
-    ctx = Context(Store(store_url), quick=quick, fresh=fresh, seeds=seed_list, threads=threads, force=force)
+    ctx = Context(Store(store_url), quick=quick, fresh=fresh, seeds=seed_list, threads=threads, force=force,
+                  device=device)
     t0 = time.perf_counter()
 
     def progress(v: Verdict) -> None:
         err.print(f"[bold]{v.claim.id}[/] [{VERDICT_STYLE[v.verdict]}]{v.verdict}[/] ({v.device}, {v.mode}): "
                   f"{v.reason}", highlight=False)
 
-    verdicts = run_claims(chosen, ctx, progress)
+    measured = run_claims(chosen, ctx, progress)
     context = {"quick": quick, "seeds": list(seed_list), "threads": threads, "used": ctx.used, "force": force,
-               "wall_s": time.perf_counter() - t0}
+               "device": device, "wall_s": time.perf_counter() - t0}
+    verdicts = measured
+    if merged is not None:
+        other_doc, other = merged
+        verdicts = merge_runs(measured, other)
+        context["used"] = list(dict.fromkeys([*ctx.used, *other_doc["context"].get("used", [])]))
+        context["merged"] = {"path": str(merge_path), "context": other_doc["context"], "env": other_doc["env"]}
+        err.print(f"merged with {merge_path} ({len(other)} claims decided on "
+                  f"{', '.join(sorted(doc_devices(other_doc)))}): {len(verdicts)} claims", highlight=False)
     doc = json.loads(json.dumps(claims_document(verdicts, fingerprint(threads=threads), context), default=str))
     out.print(verdict_table(doc))
     try:
@@ -81,9 +108,79 @@ def claims(quick: bool, only: str | None, output: str, markdown: str | None, sto
     counts = {k: sum(v.verdict == k for v in verdicts) for k in VERDICTS}
     err.print(f"wrote {path} and {path.with_suffix('.json')} — " + ", ".join(f"{n} {k}" for k, n in counts.items())
               + f" — {context['wall_s'] / 60:,.1f} min")
-    failed = {v.claim.probe: v.evidence.failed for v in verdicts if v.evidence.failed}
+    torn = [v.claim.id for v in verdicts if any(o.conflict for o in v.outcomes)]
+    if torn:
+        err.print(f"[yellow]devices disagree on rules of {', '.join(torn)}[/]: those rules read unsure, "
+                  "both outcomes in their detail", highlight=False)
+    failed = {v.claim.probe: v.evidence.failed for v in measured if v.evidence.failed}
     if failed:
         for name, why in failed.items():
             err.print(f"[red]probe {name} failed[/]: {why}", highlight=False)
         err.print(f"[red]{len(failed)} probe(s) failed: their claims read inconclusive[/]")
         sys.exit(1)
+
+
+def check_device(device: str) -> str:
+    """``cpu``, ``cuda`` or ``cuda:N`` (normalised); anything else is a one-line error."""
+    d = device.strip().lower()
+    kind, _, index = d.partition(":")
+    if kind not in ("cpu", "cuda") or (index and (kind == "cpu" or not index.isdigit())):
+        raise BenchInputError(f"{device!r} is not a device: use cpu, cuda or cuda:N", where="--device")
+    return d
+
+
+def cuda_available(device: str) -> None:
+    """A one-line error unless ``device`` is the CPU or a CUDA device this process can use."""
+    if base_device(device) != "cuda":
+        return
+    if not torch.cuda.is_available():
+        why = "torch was built without CUDA" if torch.version.cuda is None else "no GPU is visible"
+        raise BenchInputError(f"CUDA is not available here (torch {torch.__version__}: {why}); run it on a machine "
+                              "with a GPU (scripts/gpu-check does the whole GPU check)", where="--device")
+    index = int(device.partition(":")[2] or 0)
+    if index >= torch.cuda.device_count():
+        raise BenchInputError(f"there is no {device}: this machine has {torch.cuda.device_count()} CUDA device(s)",
+                              where="--device")
+
+
+def gpu_claims(catalog: list[Claim], chosen: list[Claim], only: str | None) -> list[Claim]:
+    """The claims a GPU run decides: those with a rule for cuda (of ``--only``'s, when given: each must have one)."""
+    with_gpu = [c for c in catalog if any(r.device == "cuda" for r in c.rules)]
+    ids = {c.id for c in with_gpu}
+    if only:
+        bad = [c.id for c in chosen if c.id not in ids]
+        if bad:
+            raise BenchInputError(f"{', '.join(bad)} {'has' if len(bad) == 1 else 'have'} no rule for a GPU; "
+                                  f"--device cuda decides {', '.join(sorted(ids))}", where="--only")
+        return chosen
+    return with_gpu
+
+
+def doc_devices(doc: dict) -> set[str]:
+    """The devices a claims document's verdicts were decided on (``cpu + cuda`` names two)."""
+    return {base_device(d) for r in doc["claims"] for d in str(r.get("device") or "cpu").split("+") if d.strip()}
+
+
+def read_merge(path: str, device: str, catalog: list[Claim]) -> tuple[dict, list[Verdict]]:
+    """The document to merge and its verdicts: a claims document of this catalog, with claims, decided on
+    devices other than ``device``; anything else is a one-line error."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BenchInputError(f"cannot read {path}: {exc.strerror}", where="--merge") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BenchInputError(f"{path} is not JSON ({exc})", where="--merge") from None
+    try:
+        check_document(doc)
+    except ValueError as exc:
+        raise BenchInputError(f"{path} {exc}", where="--merge") from None
+    if not doc["claims"]:
+        raise BenchInputError(f"{path} holds no claims: nothing to merge", where="--merge")
+    same = doc_devices(doc) & {base_device(device)}
+    if same:
+        raise BenchInputError(f"{path} holds verdicts decided on {', '.join(sorted(same))}, as this run's: --merge "
+                              "joins the verdicts of another device", where="--merge")
+    try:
+        return doc, read_verdicts(doc, catalog)
+    except BenchInputError as exc:
+        raise BenchInputError(f"{path}: {exc}", where="--merge") from None

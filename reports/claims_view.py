@@ -32,9 +32,34 @@ def check_document(doc: Any) -> None:
                              f"{', '.join(sorted(missing))}); run bench claims again")
 
 
+def merged(record: dict[str, Any]) -> bool:
+    """Whether a claim record was decided on several devices (``bench claims --merge``)."""
+    return "+" in str(record.get("device") or "")
+
+
+def rule_where(rule: dict[str, Any]) -> str:
+    """Where and how a rule was decided ("cuda, compiled (default)"); "" for a rule no device decided."""
+    return ", ".join(x for x in (rule.get("decided_on"), rule.get("mode")) if x)
+
+
+def rule_detail(rule: dict[str, Any], several: bool) -> str:
+    """A rule's outcome in words; on a claim decided on several devices, naming the device (and mode) that
+    decided it, the other device's outcome, and a disagreement between them."""
+    if not several:
+        return rule["detail"]
+    where = rule_where(rule)
+    text = (f"[{where}] " if where and not rule.get("conflict") else "") + rule["detail"]
+    others = [f"{rule_where(o)}: {o['detail']} ({o['status']})" for o in rule.get("others") or []]
+    if others and not rule.get("conflict"):
+        text += " — also " + "; ".join(others)
+    return ("⚠ " if rule.get("conflict") else "") + text
+
+
 def claims_section(doc: dict[str, Any], heading: int) -> dict[str, Any]:
-    """Template variables of the claims section (_claims.html.j2) from a checked claims document."""
-    records = [dict(r, svg=Markup(chart_svg(r["chart"]))) for r in doc["claims"]]
+    """Template variables of the claims section (_claims.html.j2) from a checked claims document; on claims
+    decided on several devices each rule's detail names the device that decided it."""
+    records = [dict(r, svg=Markup(chart_svg(r["chart"])),
+                    rules=[dict(o, detail=rule_detail(o, merged(r))) for o in r["rules"]]) for r in doc["claims"]]
     sections: dict[str, list[dict[str, Any]]] = {}
     for r in records:
         sections.setdefault(r["section"], []).append(r)
@@ -103,13 +128,18 @@ def markdown_table(doc: dict[str, Any]) -> str:
         return text.replace("|", "\\|").replace("\n", " ")
 
     lines = ["| id | claim | verdict | measured on | figures (★ central; ✓ holds, ✗ does not, ? interval straddles, "
-             "n/a not measured here) |", "|---|---|---|---|---|"]
+             "n/a not measured here; @ the device that decided it, ⚠ devices disagree) |", "|---|---|---|---|---|"]
     for c in doc["claims"]:
         figs = []
+        several = merged(c)
         for o in c["rules"]:
             star = "★ " if o.get("central") else ""
             if o["measured"] is not None and o["status"] != "unavailable":
-                figs.append(f"{star}{o['figure']} {o['measured']['text']} {_MD_MARK[o['status']]}")
+                at = f" @{o['decided_on']}" if several and o.get("decided_on") else ""
+                others = "".join(f" ({x['decided_on']}: {x['measured']['text'] if x.get('measured') else 'n/a'} "
+                                 f"{_MD_MARK[x['status']]})" for x in o.get("others") or [])
+                figs.append(f"{'⚠ ' if o.get('conflict') else ''}{star}{o['figure']} {o['measured']['text']} "
+                            f"{_MD_MARK[o['status']]}{at}{others if several else ''}")
             else:
                 figs.append(f"{star}{o['figure']} n/a" + (f" ({o['device']} only)" if o.get("device") else ""))
         where = f"{c['device']}, {c['mode']}" + (" — probe failed" if c.get("probe_failed") else "")

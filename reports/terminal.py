@@ -12,7 +12,7 @@ from harness.records import CaseRecord, RunRecord
 from harness.stats import ScalingFit
 from reports.compare import Comparison
 from reports.findings import FIT_METRICS, Contrast, Findings, LineFinding, Ratio
-from reports.frames import rates
+from reports.frames import rates, sdpa_backend
 
 STATUS_STYLE = {"ok": "green", "oom": "red", "timeout": "yellow", "error": "bold red", "skipped": "dim"}
 VERDICT_STYLE = {"supported": "green", "partly supported": "yellow", "contradicted": "red", "inconclusive": "dim"}
@@ -42,19 +42,41 @@ def fit_text(fit: ScalingFit | None, axis: str | None, regime: bool = True) -> s
     return text
 
 
-def pct_peak(rec: CaseRecord, peak: dict[str, Any] | None) -> str:
-    """A case's achieved FLOP/s (counted ``flops`` / median time) as a percentage of the measured matmul
-    peak of its dtype on its device, one decimal; ``""`` without a peak or flops."""
+OVER_PEAK = "⚠"
+"""Marks a ``% peak`` above 100: a stale calibration or a count above the work done, shown, never clipped."""
+
+
+def peak_percent(rec: CaseRecord, peak: dict[str, Any] | None) -> float | None:
+    """A case's FLOP/s as a percentage of the measured matmul peak of its dtype on its device: the executed
+    FLOPs where the record has ``executed_macs`` (fused causal attention skips half the scores), else the
+    counted ``flops``, over the median time (:func:`reports.frames.rates`); None without a peak or flops."""
     share = rates(rec, peak).get("peak_share") if peak else None
-    return "" if share is None else f"{100.0 * share:.1f}"
+    return None if share is None else 100.0 * share
+
+
+def over_peak(rec: CaseRecord, peak: dict[str, Any] | None) -> bool:
+    """Whether the case's ``% peak`` (:func:`peak_percent`) is above 100 — to its one decimal as shown."""
+    pct = peak_percent(rec, peak)
+    return pct is not None and round(pct, 1) > 100.0
+
+
+def pct_peak(rec: CaseRecord, peak: dict[str, Any] | None, flag: bool = True) -> str:
+    """:func:`peak_percent` with one decimal, ``"116.0 ⚠"`` above 100 (``flag=False``: the number alone,
+    for a view that marks it otherwise); ``""`` without a peak or flops."""
+    pct = peak_percent(rec, peak)
+    if pct is None:
+        return ""
+    return f"{pct:.1f} {OVER_PEAK}" if flag and over_peak(rec, peak) else f"{pct:.1f}"
 
 
 def cases_table(records: Sequence[CaseRecord], axis: str | None, title: str = "",
                 peak: dict[str, Any] | None = None) -> Table:
-    """One row per case: size, status, median latency with its 95% CI, MACs, % of peak, params, peak memory.
+    """One row per case: size, status, median latency with its 95% CI, MACs, % of peak, params, peak memory,
+    and the SDPA backend that ran where some case recorded one.
 
-    ``% peak`` is the case's achieved FLOP/s over the measured matmul peak of its dtype, blank where either
-    is missing. Columns that would say the same thing on every row (one architecture, no notes) are left out.
+    ``% peak`` is the case's executed FLOP/s over the measured matmul peak of its dtype (:func:`peak_percent`),
+    blank where either is missing, flagged ``⚠`` above 100 (the caption says what that means). Columns that
+    would say the same thing on every row (one architecture, no notes, no SDPA) are left out.
     """
     archs = sorted({r.arch for r in records})
     show_arch = len(archs) > 1
@@ -64,14 +86,20 @@ def cases_table(records: Sequence[CaseRecord], axis: str | None, title: str = ""
                  if on]
         return r.message.splitlines()[0][:90] if r.message else ", ".join(flags)
     notes = [note(r) for r in records]
-    table = Table(title=title if show_arch else f"{title} · {archs[0] if archs else ''}", header_style="bold")
+    backends = [sdpa_backend(r) for r in records]
+    flagged = any(over_peak(r, peak) for r in records)
+    caption = (f"{OVER_PEAK} % peak above 100: a stale calibration (re-run it under the cases' conditions) or a "
+               "FLOP count above the work the kernels did" if flagged else None)
+    table = Table(title=title if show_arch else f"{title} · {archs[0] if archs else ''}", header_style="bold",
+                  caption=caption)
     cols = [("line", "left")] + ([("arch", "left")] if show_arch else []) + [
         (axis or "case", "right"), ("status", "left"), ("median ms", "right"), ("95% CI ms", "right"),
         ("GMACs", "right"), ("% peak", "right"), ("params M", "right"), ("peak MiB", "right"), ("est. MiB", "right")]
+    cols += [("sdpa", "left")] if any(backends) else []
     cols += [("note", "left")] if any(notes) else []
     for col, just in cols:
         table.add_column(col, justify=just, no_wrap=col not in ("line", "arch", "note"), overflow="fold")
-    for r, note in zip(records, notes):
+    for r, note, backend in zip(records, notes, backends):
         lo, hi = r.metric("ci_low_ms"), r.metric("ci_high_ms")
         ci = f"{lo:,.1f}–{hi:,.1f}" if lo is not None and hi is not None else "-"
         cells = [r.line] + ([r.arch] if show_arch else []) + [
@@ -80,7 +108,7 @@ def cases_table(records: Sequence[CaseRecord], axis: str | None, title: str = ""
             _num(r.metric("median_ms")), ci, _num(r.metric("macs"), 1e9, "{:,.2f}"), pct_peak(r, peak),
             _num(r.metric("params"), 1e6, "{:,.1f}"),
             _num(r.metric("peak_bytes"), MiB, "{:,.0f}"), _num(r.metric("est_peak_bytes"), MiB, "{:,.0f}")]
-        table.add_row(*cells, *([note] if any(notes) else []))
+        table.add_row(*cells, *([backend] if any(backends) else []), *([note] if any(notes) else []))
     return table
 
 
@@ -219,6 +247,8 @@ def verdict_table(doc: dict[str, Any]) -> Table:
     for c in doc["claims"]:
         figs = "; ".join(f"{'★ ' if o.get('central') else ''}{o['figure']} {o['measured']['text']} "
                          f"{_MARK.get(o['status'], '?')}"
+                         + (f" @{o['decided_on']}" if "+" in str(c.get("device")) and o.get("decided_on") else "")
+                         + (" ⚠" if o.get("conflict") else "")
                          for o in c["rules"] if o["measured"] is not None and o["status"] != "unavailable")
         missing = [o["detail"] for o in c["rules"] if o["status"] == "unavailable"]
         if missing:

@@ -90,6 +90,8 @@ def _vision_rec(arch: str, macs: float, ms: float) -> CaseRecord:
 
 
 class _SuiteCtx:
+    device = "cpu"                       # what the probes ask of a Context: its device and suite runs
+
     def __init__(self, rows: list[CaseRecord]) -> None:
         self.rows = rows
 

@@ -120,12 +120,35 @@ def octave_grid(d: int, lo: float, hi: float, per_octave: int = 4) -> list[int]:
     return sorted({max(1, round(d * lo * 2 ** (i / per_octave))) for i in range(k + 1)})
 
 
+def sdpa_backend(record: CaseRecord) -> str:
+    """The SDPA kernel a case ran, when its run recorded it ("" otherwise)."""
+    found = record.metrics.get("sdpa_backend") or record.value("sdpa_backend")
+    return str(found) if found else ""
+
+
+def flash_memory_ratio(rows: Sequence[CaseRecord]) -> Figure:
+    """Eager attention's peak memory over the fused kernel's (forward) at the largest n both ran on the GPU,
+    naming the SDPA backend that ran when the run recorded it."""
+    eager = {r.value("seq_len"): r for r in select(rows, attn_impl="eager", mode="fwd") if r.metric("peak_bytes")}
+    fused = {r.value("seq_len"): r for r in select(rows, attn_impl="sdpa", mode="fwd") if r.metric("peak_bytes")}
+    both = sorted(set(eager) & set(fused))
+    if not both:
+        return Figure(float("nan"), unit="×", note="no n at which both eager and SDPA forward ran ok")
+    n = both[-1]
+    e, f = eager[n], fused[n]
+    backend = sdpa_backend(f)
+    return ratio_figure(e.metric("peak_bytes"), f.metric("peak_bytes"),
+                        note=f"peak memory, eager / SDPA forward at n={n}, {f.value('dtype')}, {f.value('device')}"
+                             + (f", SDPA ran the {backend} kernel" if backend else ", SDPA backend not recorded"))
+
+
 @probe("attention_core", figures=(
     "macs_exp_eager", "latency_exp_eager", "memory_exp_eager", "latency_exp_eager_bwd", "memory_exp_eager_bwd",
     "latency_exp_sdpa", "memory_exp_sdpa", "latency_exp_sdpa_bwd", "memory_exp_sdpa_bwd",
     "memory_ratio_eager_sdpa", "cuda_flash_memory_ratio"))
 def attention_core(ctx: Context) -> Evidence:
-    run, rows = ctx.suite("attention_core")
+    cuda = ctx.device.split(":")[0] == "cuda"
+    run, rows = ctx.suite("attention_core", {"dtype": "bf16"} if cuda else None)   # bf16: the flash kernel's
     ev = Evidence(sources=[run.id])
     for impl in ("eager", "sdpa"):
         for mode, tag in (("fwd", ""), ("fwd_bwd", "_bwd")):
@@ -139,10 +162,14 @@ def attention_core(ctx: Context) -> Evidence:
     ev.figures["memory_ratio_eager_sdpa"] = ratio_figure(
         at(rows, "peak_bytes", attn_impl="eager", mode="fwd", seq_len=n_max),
         at(rows, "peak_bytes", attn_impl="sdpa", mode="fwd", seq_len=n_max), note=f"peak memory at n={n_max}")
-    ev.unavailable["cuda_flash_memory_ratio"] = "needs a GPU (the flash kernel of FlashAttention is CUDA-only)"
+    if cuda:
+        ev.figures["cuda_flash_memory_ratio"] = flash_memory_ratio(rows)
+    else:
+        ev.unavailable["cuda_flash_memory_ratio"] = "needs a GPU (the flash kernel of FlashAttention is CUDA-only)"
     ev.chart = Chart("attention alone: latency vs n", "sequence length n", "median latency (ms)",
                      series(rows, "seq_len", "median_ms"), x_log=True, y_log=True)
-    ev.notes.append("softmax(q·kᵀ/√d)·v alone (attention-core, h=8, d_head=64, batch 1, fp32); exponents of "
+    ev.notes.append(f"softmax(q·kᵀ/√d)·v alone (attention-core, h=8, d_head=64, batch 1, {'bf16' if cuda else 'fp32'}, "
+                    f"{ctx.device}); exponents of "
                     "latency and activation memory fitted over the top two octaves of n (n ≥ n_max/4).")
     return ev
 
