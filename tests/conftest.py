@@ -3,6 +3,7 @@ helper functions are in tests/helpers.py."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 import textwrap
 from pathlib import Path
 
@@ -45,3 +46,14 @@ def cli():
     """The CLI in this process (tests.helpers.invoke); stderr is kept apart (``result.stderr``)."""
     from tests.helpers import invoke      # imported on use: a test of one package need not load them all
     return invoke
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """torch pinned to one thread for the test, then restored."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)

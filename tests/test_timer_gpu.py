@@ -92,16 +92,6 @@ def test_agree_rule() -> None:
 # ---------------------------------------------------------------- CPU: ours vs torch.utils.benchmark
 
 
-@pytest.fixture
-def one_thread() -> Iterator[None]:
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
-
-
 def test_cpu_median_agrees_with_torch_benchmark_within_round_spread(one_thread: None,
                                                                     record_property: Callable[[str, object], None]
                                                                     ) -> None:
