@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from harness import runner
+from harness import runner, session
 from harness.executors import ProcessExecutor
 from harness.executors.base import poisons_worker
 from harness.overhead import (CASE_PARTS, MEASURED, RunOverhead, metric_name, run_overhead, summary_line,
@@ -33,7 +33,8 @@ def tiny(seq_len: int = 16, mode: str = "fwd", dtype: str = "fp32", line: str = 
 
 
 # -- the accounting ------------------------------------------------------------------------------------------
-def test_run_accounting_adds_up_and_is_stored_with_the_run(tmp_path):
+def test_run_accounting_adds_up_and_is_stored_with_the_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(session, "_process_start_counted", False)   # as in a fresh `bench` process
     _, url, res = run_tiny(tmp_path, "--no-calibrate", "--no-report")
     assert res.exit_code == 0, res.stderr
     store = Store(url, create=False)
