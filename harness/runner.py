@@ -7,7 +7,6 @@ crashes are the executor's (a case cannot time itself out from inside).
 from __future__ import annotations
 
 import contextlib
-import gc
 import time
 import traceback
 from dataclasses import asdict, dataclass
@@ -24,6 +23,7 @@ from harness.env import usable_cores
 from harness.errors import BenchInputError
 from harness.fake import fake_case
 from harness.load import Load, LoadMonitor
+from harness.models import MODELS, model_key, release
 from harness.overhead import metric_name, warmup_shares
 from harness.plugins import load_files as load_plugin_files
 from harness.records import CaseRecord
@@ -103,163 +103,6 @@ def _timed(metrics: dict[str, float], part: str) -> Iterator[None]:
         metrics[name] = metrics.get(name, 0.0) + time.perf_counter() - t0
 
 
-# -- cheap weight initialisation -----------------------------------------------------------------------------
-_POOL_N = 1_048_573      # a prime: a tensor filled from the pool at a rotating offset repeats no row or column
-_pools: dict[str, torch.Tensor] = {}
-
-
-def _pool(kind: str) -> torch.Tensor:
-    """``_POOL_N`` standard normal (``"normal"``) or uniform [0, 1) (``"uniform"``) fp32 values, seeded: the same
-    in every process."""
-    if kind not in _pools:
-        g = torch.Generator().manual_seed(0 if kind == "normal" else 1)
-        _pools[kind] = (torch.randn if kind == "normal" else torch.rand)(_POOL_N, generator=g)
-    return _pools[kind]
-
-
-def _scalar(x: float) -> torch.Tensor:
-    return torch.tensor(x, dtype=torch.float32)
-
-
-class _PoolFill:
-    """Fills a tensor from a pool, continuing where the previous fill stopped (deterministic per build)."""
-
-    def __init__(self) -> None:
-        self.offset = 0
-
-    def __call__(self, t: torch.Tensor, kind: str, scale: float, shift: float) -> torch.Tensor:
-        pool, flat, n = _pool(kind), t.view(-1), t.numel()
-        done = 0
-        with torch.no_grad():
-            while done < n:
-                start = self.offset % _POOL_N
-                m = min(n - done, _POOL_N - start)
-                chunk, src = flat[done:done + m], pool[start:start + m]
-                if chunk.dtype == src.dtype and chunk.device == src.device:
-                    torch.add(_scalar(shift), src, alpha=scale, out=chunk)     # one pass: shift + scale·pool
-                else:
-                    chunk.copy_(src).mul_(scale).add_(shift)
-                done += m
-                self.offset += m + 7       # a new phase for the next chunk and the next tensor
-        return t
-
-
-@contextlib.contextmanager
-def cheap_init() -> Iterator[None]:
-    """While a model is built, ``Tensor.uniform_``/``normal_`` and ``nn.init.trunc_normal_`` draw from a seeded
-    pool of random values instead of the (single-threaded, ~30 ns per value) CPU generator: every weight keeps
-    the distribution its module's own init asks for (bounds, mean, std), finite and never uninitialised, at
-    the cost of a copy. Other tensors (made outside the build, e.g. inputs) are untouched."""
-    fill = _PoolFill()
-    orig_uniform, orig_normal, orig_trunc = torch.Tensor.uniform_, torch.Tensor.normal_, nn.init.trunc_normal_
-
-    def usable(t: torch.Tensor) -> bool:
-        return (type(t) in (torch.Tensor, nn.Parameter) and t.is_floating_point() and t.is_contiguous()
-                and t.device.type in ("cpu", "cuda"))
-
-    def uniform_(self: torch.Tensor, a: float = 0.0, b: float = 1.0, *, generator: Any = None) -> torch.Tensor:
-        if not usable(self):
-            return orig_uniform(self, a, b, generator=generator)
-        return fill(self, "uniform", float(b) - float(a), float(a))
-
-    def normal_(self: torch.Tensor, mean: float = 0.0, std: float = 1.0, *, generator: Any = None) -> torch.Tensor:
-        if not usable(self):
-            return orig_normal(self, mean, std, generator=generator)
-        return fill(self, "normal", float(std), float(mean))
-
-    def trunc_normal_(tensor: torch.Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0,
-                      generator: Any = None) -> torch.Tensor:
-        if not usable(tensor):
-            return orig_trunc(tensor, mean, std, a, b, generator=generator)
-        with torch.no_grad():         # normal values past the bounds (|z| > 2 at the defaults) move to the bounds
-            return fill(tensor, "normal", float(std), float(mean)).clamp_(a, b)
-
-    own = {name: name in torch.Tensor.__dict__ for name in ("uniform_", "normal_")}   # else TensorBase's
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)      # memory-bound copies: one thread is as fast, and immune to a busy machine
-    torch.Tensor.uniform_, torch.Tensor.normal_, nn.init.trunc_normal_ = uniform_, normal_, trunc_normal_
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-        nn.init.trunc_normal_ = orig_trunc
-        for name, orig in (("uniform_", orig_uniform), ("normal_", orig_normal)):
-            if own[name]:
-                setattr(torch.Tensor, name, orig)
-            else:
-                delattr(torch.Tensor, name)
-
-
-def build_model(spec: ArchSpec, w: Workload, device: torch.device) -> nn.Module:
-    """``spec``'s model on ``device`` in ``w``'s dtype, its weights initialised cheaply (:func:`cheap_init`)."""
-    torch.manual_seed(0)
-    with cheap_init():
-        model = spec.build(spec.config)
-    return model.to(device=device, dtype=w.torch_dtype)
-
-
-# -- model reuse ------------------------------------------------------------------------------------------
-def model_key(case: Case) -> tuple:
-    """Cases with the same key can share one built model: same architecture, overrides and device."""
-    return (case.arch, case.overrides, case.workload.device)
-
-
-def _layout(model: nn.Module) -> tuple:
-    """The names and shapes of a model's parameters and buffers (not their dtype): a model that grew state
-    (e.g. a cached mask registered as a buffer) is not reused."""
-    return tuple((n, tuple(t.shape)) for n, t in (*model.named_parameters(), *model.named_buffers()))
-
-
-class ModelCache:
-    """The model built for the last case, kept in this process for the next cases that differ only in the
-    workload: a batch or length change reuses it as is, a dtype change casts it (unless another prepared
-    case still steps it). At most one is kept; it is dropped as soon as a case needs another model, before
-    that case's fake pass, so memory never holds two. Gradients are dropped on reuse (``fwd_bwd`` leaves them)."""
-
-    def __init__(self) -> None:
-        self.key: tuple | None = None
-        self.model: nn.Module | None = None
-        self.layout: tuple = ()
-        self.hits = 0
-
-    def keep_only(self, key: tuple) -> None:
-        if self.key is not None and self.key != key:
-            self.clear()
-
-    def clear(self) -> None:
-        had = self.model is not None
-        self.key = self.model = None
-        self.layout = ()
-        if had:
-            _release()
-
-    def held_bytes(self, case: Case) -> int:
-        """Bytes of the kept model that ``case`` would reuse (0 when it would build its own)."""
-        return memory.tensor_bytes(self.model) if self.model is not None and self.key == model_key(case) else 0
-
-    def get(self, spec: ArchSpec, case: Case, in_use: Sequence[tuple[nn.Module, str]] = ()) -> nn.Module:
-        """The model for ``case``: the kept one when it fits, else a fresh build (which is then kept).
-        ``in_use``: (model, mode) of prepared cases that still step their model (interleaved groups): a model in
-        use is shared only as it is (same dtype and mode: the mode sets train/eval), never cast."""
-        w, key = case.workload, model_key(case)
-        kept = self.model if self.key == key and self.model is not None and _layout(self.model) == self.layout \
-            else None
-        users = [mode for m, mode in in_use if m is self.model]
-        if kept is not None:
-            dtype = next((t.dtype for t in kept.parameters() if t.is_floating_point()), w.torch_dtype)
-            if not users or (dtype == w.torch_dtype and all(mode == w.mode for mode in users)):
-                self.hits += 1
-                kept.zero_grad(set_to_none=True)
-                return kept if dtype == w.torch_dtype else kept.to(dtype=w.torch_dtype)
-        if not users:
-            self.clear()                 # free it before the new build (a prepared case may still hold it)
-        model = build_model(spec, w, torch.device(w.device))
-        self.key, self.model, self.layout = key, model, _layout(model)
-        return model
-
-
-MODELS = ModelCache()
-"""This process's kept model (a worker runs many cases; :class:`ModelCache`)."""
 
 
 @dataclass
@@ -352,12 +195,20 @@ def add_timing(p: Prepared, timed: TimingResult, load: Load | None) -> None:
         p.metrics.update(load.metrics())
 
 
-def probe_kernels(p: Prepared) -> None:
-    """One real step under :func:`harness.kernels.probe`: the SDPA kernel(s) that ran, and ``executed_macs`` =
-    the counted (dense) ``macs`` minus what fused causal attention skipped (forward and backward). A compiled
-    case probes its eager step (the probe's function swap would make dynamo recompile the compiled one)."""
-    with _timed(p.metrics, "count"):
-        report = kernels.probe(p.eager_step or p.step)
+def memory_and_kernels(p: Prepared) -> None:
+    """The memory pass (when the case measures memory) and :func:`harness.kernels.probe` in one real step: the
+    SDPA kernel(s) that ran, and ``executed_macs`` = the counted (dense) ``macs`` minus what fused causal
+    attention skipped (forward and backward). The probe watches the memory pass's call; a case without one, or
+    a compiled case (the probe's function swap would make dynamo recompile), is probed on its eager step."""
+    if "memory" in p.case.metrics and p.eager_step is None:
+        with _timed(p.metrics, "memory"):
+            report = kernels.probe(lambda: measure_memory(p))
+    else:
+        if "memory" in p.case.metrics:
+            with _timed(p.metrics, "memory"):
+                measure_memory(p)
+        with _timed(p.metrics, "count"):
+            report = kernels.probe(p.eager_step or p.step)
     p.sdpa_backend = report.sdpa_backend
     if "macs" in p.metrics:
         p.metrics["executed_macs"] = float(report.executed_macs(p.metrics["macs"]))
@@ -406,22 +257,13 @@ def run_case(case: Case, opts: RunOptions) -> CaseRecord:
             timed = measure(p.step, opts.timing, p.case.workload.device)
             add_timing(p, timed, monitor.stop())
             add_time_parts(p, timed)
-        if "memory" in case.metrics:
-            with _timed(p.metrics, "memory"):
-                measure_memory(p)
-        probe_kernels(p)
+        memory_and_kernels(p)
         return ok_record(p, timed.samples_s if timed else (), timed.rounds if timed else ())
     except Exception as exc:  # noqa: BLE001 — a case's failure is a result, the sweep goes on
         MODELS.clear()            # a failed step may leave its model half-way (and an OOM wants the memory)
         return failed_record(case, exc, opts, config=p.config, metrics=p.metrics, duration_s=time.perf_counter() - p.t0)
     finally:
         del p
-
-
-def _release() -> None:
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
 
 
 def run_group(cases: Sequence[Case], opts: RunOptions) -> list[CaseRecord]:
@@ -466,7 +308,7 @@ def run_group(cases: Sequence[Case], opts: RunOptions) -> list[CaseRecord]:
         for p in built:
             out.setdefault(p.case.key, ok_record(p))
         built.clear()
-        _release()
+        release()
 
     for case in cases:
         p = prepare(case, opts, in_use=[(b.model, b.case.workload.mode) for b in built])
@@ -483,10 +325,7 @@ def run_group(cases: Sequence[Case], opts: RunOptions) -> list[CaseRecord]:
         if built and held + p.metrics["est_peak_bytes"] > budget:
             flush()                       # measure those already built, then start a new sub-group with this one
         try:
-            if "memory" in case.metrics:
-                with _timed(p.metrics, "memory"):
-                    measure_memory(p)
-            probe_kernels(p)
+            memory_and_kernels(p)
         except Exception as exc:  # noqa: BLE001
             MODELS.clear()
             out[case.key] = failed_record(case, exc, opts, config=p.config, metrics=p.metrics,

@@ -15,7 +15,8 @@ from harness.executors.base import poisons_worker
 from harness.overhead import (CASE_PARTS, MEASURED, RunOverhead, metric_name, run_overhead, summary_line,
                               warmup_shares)
 from harness.registry import resolve
-from harness.runner import MODELS, RunOptions, cheap_init, run_case, run_group
+from harness.models import MODELS, build_model, cheap_init, model_key
+from harness.runner import RunOptions, run_case, run_group
 from harness.spec import Case, Workload
 from harness.store import Store
 from harness.timing import TimingConfig
@@ -124,7 +125,7 @@ def test_another_model_is_built_and_the_kept_one_dropped():
     hits = MODELS.hits
     assert run_case(tiny(16, n_kv_heads=1), RunOptions(timing=FAST)).ok
     assert MODELS.hits == hits and MODELS.model is not first
-    assert MODELS.key == runner.model_key(tiny(16, n_kv_heads=1))
+    assert MODELS.key == model_key(tiny(16, n_kv_heads=1))
 
 
 def test_a_model_that_grew_state_is_rebuilt():
@@ -175,7 +176,7 @@ def test_cheap_init_keeps_each_init_distribution_and_restores_torch():
 def test_cheap_init_is_deterministic_and_finite():
     spec = resolve("vit-tiny") if _has("vit-tiny") else resolve("decoder-tiny")
     w = Workload(img_size=32, seq_len=16)
-    a, b = (runner.build_model(spec, w, torch.device("cpu")) for _ in range(2))
+    a, b = (build_model(spec, w, torch.device("cpu")) for _ in range(2))
     for (n, pa), pb in zip(a.state_dict().items(), b.state_dict().values()):
         assert torch.equal(pa, pb), n
         if pa.is_floating_point():

@@ -1,4 +1,4 @@
-"""Cases in a spawned worker process, reused across cases (and their built models: harness.runner.MODELS).
+"""Cases in a spawned worker process, reused across cases (and their built models: harness.models.MODELS).
 
 A hang is killed at the per-case timeout (``timeout``), a worker that dies (the kernel's OOM
 killer sends SIGKILL; a segfault) is recorded against its case, and the sweep goes on in a new
