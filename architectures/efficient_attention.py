@@ -1,7 +1,7 @@
 """Long-range-arena-style encoders whose self-attention is exact or an efficient approximation.
 
 One family, one axis: ``attention`` picks the core of the one :class:`Attention` — exact, or the
-sliding-window, Linformer, Performer or BigBird core of :mod:`architectures.layers.efficient` (the
+sliding-window, Longformer, Linformer, Performer or BigBird core of :mod:`architectures.layers.efficient` (the
 projections and their parameters are the same for all; :data:`CORES` is the chooser, as data). The
 stack is a bidirectional encoder (LRA's tasks are): token + position embedding → n_layers × the shared
 ``Block`` [attention, MLP] → norm → per-token logits. Presets are data; ``cost`` gives exact params
@@ -20,13 +20,19 @@ from architectures import transformer_cost as tc
 from architectures.inputs import need_seq_len, token_inputs
 from architectures.layers.attention import Attention, Core, ExactCore
 from architectures.layers.blocks import MLP, RESIDUALS, Block, make_norm
-from architectures.layers.efficient import BigBirdCore, LinformerCore, PerformerCore, SlidingWindowCore
+from architectures.layers.efficient import (
+    BigBirdCore,
+    LinformerCore,
+    LongformerCore,
+    PerformerCore,
+    SlidingWindowCore,
+)
 from architectures.layers.positions import PositionKind, make_positions
 from architectures.transformer import TransformerConfig
 from harness.registry import register
 from harness.spec import ArchSpec, Workload
 
-AttentionKind = Literal["exact", "window", "linformer", "performer", "bigbird"]
+AttentionKind = Literal["exact", "window", "linformer", "performer", "bigbird", "longformer"]
 
 
 @dataclass(frozen=True)
@@ -40,20 +46,22 @@ class LongEncoderConfig(TransformerConfig):
     max_seq_len: int = 4096                # learned positions and Linformer's E, F
     positions: PositionKind = "learned"    # additive schemes only: learned, sinusoidal, none
     attention: AttentionKind = "exact"
-    window: int = 128                      # window: keys within `window` positions of each query
+    window: int = 128                      # window, longformer: keys within `window` positions of each query
     proj_len: int = 256                    # linformer: k, the projected length
     n_features: int = 256                  # performer: m random features
     block: int = 64                        # bigbird: block size
     n_global: int = 2                      # bigbird: leading global blocks
     n_random: int = 3                      # bigbird: random key blocks per query block
+    n_global_tokens: int = 1               # longformer: leading global tokens (see and are seen by all)
+    dilation: int = 1                      # longformer: the window looks at every `dilation`-th key
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("window", "proj_len", "n_features", "block"):
+        for name in ("window", "proj_len", "n_features", "block", "dilation"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        if self.n_global < 0 or self.n_random < 0:
-            raise ValueError("n_global and n_random must be >= 0")
+        if self.n_global < 0 or self.n_random < 0 or self.n_global_tokens < 0:
+            raise ValueError("n_global, n_random and n_global_tokens must be >= 0")
         if self.positions in ("rope", "alibi"):
             raise ValueError(f"LRA encoders take additive positions (learned, sinusoidal, none), "
                              f"not {self.positions!r}")
@@ -65,6 +73,7 @@ CORES: dict[str, Callable[[LongEncoderConfig, int], Core]] = {
     "linformer": lambda cfg, layer: LinformerCore(cfg.max_seq_len, cfg.proj_len, cfg.attn_impl),
     "performer": lambda cfg, layer: PerformerCore(cfg.head_dim, cfg.n_features, seed=layer),
     "bigbird": lambda cfg, layer: BigBirdCore(cfg.block, cfg.n_global, cfg.n_random, seed=layer, impl=cfg.attn_impl),
+    "longformer": lambda cfg, layer: LongformerCore(cfg.window, cfg.n_global_tokens, cfg.dilation, impl=cfg.attn_impl),
 }
 """``attention`` value -> the core of layer ``layer`` (which seeds the random parts: Performer's ω,
 BigBird's blocks)."""
@@ -126,6 +135,7 @@ PRESETS: dict[str, LongEncoderConfig] = {
     "lra-linformer": LongEncoderConfig(attention="linformer", proj_len=256),
     "lra-performer": LongEncoderConfig(attention="performer", n_features=256),
     "lra-bigbird": LongEncoderConfig(attention="bigbird", block=64, n_global=2, n_random=3),
+    "lra-longformer": LongEncoderConfig(attention="longformer", window=128, n_global_tokens=1, dilation=1),
 }
 
 SMALL = (("vocab_size", 64), ("d_model", 32), ("n_layers", 2), ("n_heads", 4), ("max_seq_len", 64),
@@ -133,7 +143,8 @@ SMALL = (("vocab_size", 64), ("d_model", 32), ("n_layers", 2), ("n_heads", 4), (
 
 _DETAIL = {"exact": "exact softmax attention", "window": "sliding window ±{window}",
            "linformer": "Linformer k={proj_len}", "performer": "Performer FAVOR+ m={n_features}",
-           "bigbird": "BigBird blocks of {block}, {n_global} global + {n_random} random"}
+           "bigbird": "BigBird blocks of {block}, {n_global} global + {n_random} random",
+           "longformer": "Longformer window ±{window} (dilation {dilation}) + {n_global_tokens} global token(s)"}
 
 for _name, _cfg in PRESETS.items():
     register(ArchSpec(_name, "lra", _cfg, LongEncoder, token_inputs,

@@ -284,10 +284,11 @@ def lra_case(draw):
         vocab_size=draw(st.integers(2, 40)), d_model=heads * draw(st.sampled_from([2, 4, 8])),
         n_layers=draw(st.integers(1, 2)), n_heads=heads, n_kv_heads=draw(st.sampled_from([None, kv])),
         d_ff=draw(st.sampled_from([None, 6, 24])),
-        attention=draw(st.sampled_from(["exact", "window", "linformer", "performer", "bigbird"])),
+        attention=draw(st.sampled_from(["exact", "window", "linformer", "performer", "bigbird", "longformer"])),
         attn_impl=draw(st.sampled_from(["eager", "sdpa"])), window=draw(st.integers(1, 12)),
         proj_len=draw(st.integers(1, 12)), n_features=draw(st.integers(1, 20)), block=draw(st.integers(1, 8)),
         n_global=draw(st.integers(0, 3)), n_random=draw(st.integers(0, 3)),
+        n_global_tokens=draw(st.integers(0, 3)), dilation=draw(st.integers(1, 4)),
         max_seq_len=t + draw(st.integers(0, 8)), positions=draw(st.sampled_from(["learned", "sinusoidal", "none"])),
         norm=draw(st.sampled_from(["layernorm", "rmsnorm"])),
         activation=draw(st.sampled_from(["relu", "gelu", "swiglu"])), bias=draw(st.booleans()))
@@ -314,7 +315,7 @@ def test_make_attention_keeps_the_shared_projection_layout():
     cfg = LongEncoderConfig(d_model=32, n_heads=4, n_kv_heads=2, max_seq_len=16, proj_len=4, n_features=8,
                             block=4, window=4)
     ref = {k: v.shape for k, v in Attention(32, 4, 2).state_dict().items()}
-    for kind in ("exact", "window", "linformer", "performer", "bigbird"):
+    for kind in ("exact", "window", "linformer", "performer", "bigbird", "longformer"):
         mod = make_attention(LongEncoderConfig(**{**vars(cfg), "attention": kind}))
         shapes = {k: v.shape for k, v in mod.state_dict().items() if k.split(".")[0] in ("qkv", "out")}
         assert shapes == ref, kind

@@ -1,14 +1,14 @@
 """Long-sequence cores for the one :class:`~architectures.layers.attention.Attention`: sliding window,
-BigBird block-sparse, Linformer and Performer (FAVOR+).
+BigBird block-sparse, Longformer (window + global tokens), Linformer and Performer (FAVOR+).
 
 A core only mixes q, k, v; the projections, head split, hooks and cache stay in ``Attention``, so
 ``Attention(d, h, kv, core=SlidingWindowCore(128))`` has exactly the exact layer's parameters (the same
 ``qkv``/``out`` state-dict keys) plus whatever the core owns (Linformer's E, F). The cores that are
-*exact attention over a subset of keys* (window, BigBird; Linformer over projected keys) call the shared
-``eager_attention`` / ``sdpa_attention`` kernel; window and BigBird gather key *blocks* so their cost is
-O(n·keys-per-query), never a dense n×n mask. Each core's ``macs`` is its forward MAC count as
-:mod:`harness.flops` counts it. :func:`approximation_error` measures a layer with an approximate core
-against exact attention with the same projection weights.
+*exact attention over a subset of keys* (window, BigBird, Longformer; Linformer over projected keys) call
+the shared ``eager_attention`` / ``sdpa_attention`` kernel; window, BigBird and Longformer gather key
+*blocks* so their cost is O(n·keys-per-query), never a dense n×n mask. Each core's ``macs`` is its
+forward MAC count as :mod:`harness.flops` counts it. :func:`approximation_error` measures a layer with an
+approximate core against exact attention with the same projection weights.
 """
 from __future__ import annotations
 
@@ -55,14 +55,17 @@ def approximation_error(variant: nn.Module, exact: nn.Module, x: Tensor, *, caus
 # ------------------------------------------------------------------------------------------
 
 def gathered_attention(q: Tensor, k: Tensor, v: Tensor, idx: Tensor, keep: Tensor, block: int,
-                       kernel: Kernel = sdpa_attention, dropout_p: float = 0.0, scale: float | None = None) -> Tensor:
+                       kernel: Kernel = sdpa_attention, dropout_p: float = 0.0, scale: float | None = None,
+                       shared: tuple[Tensor, Tensor] | None = None) -> Tensor:
     """Each query block attends, through the shared kernel, to the key blocks listed for it.
 
     q: (B, H, Nq·block, hd), Nq query blocks; k, v: (B, Hkv, S, hd) with nb = ⌈S/block⌉ key
     blocks; idx: (Nq, K) long, key-block numbers in [0, nb] (nb: an all-zero padding block);
-    keep: bool (Nq, block, K·block), True where a query may see a gathered key (padding and
-    duplicates must be False; every row needs one True). Returns (B, H, Nq·block, hd).
-    Cost: Nq·block·K·block scores per head — linear in length for a fixed K.
+    ``shared``: optional (k_s, v_s), each (B, Hkv, G, hd), G keys every query block sees too (Longformer's
+    global tokens), placed *before* the gathered ones in one softmax; keep: bool (Nq, block, C) or
+    (B, Nq, block, C) with C = G + K·block columns (shared keys first), True where a query may see a
+    key (padding and duplicates must be False; every row needs one True). Returns (B, H, Nq·block, hd).
+    Cost: Nq·block·(G + K·block) scores per head — linear in length for fixed G and K.
     """
     b, h, _, hd = q.shape
     hkv, s = k.shape[1], k.shape[2]
@@ -76,9 +79,14 @@ def gathered_attention(q: Tensor, k: Tensor, v: Tensor, idx: Tensor, keep: Tenso
     vg = vb[:, :, flat].view(b, hkv, nq, n_keys * block, hd)
     kg = kg.transpose(1, 2).reshape(b * nq, hkv, n_keys * block, hd)     # (B·Nq, Hkv, K·blk, hd)
     vg = vg.transpose(1, 2).reshape(b * nq, hkv, n_keys * block, hd)
+    if shared is not None:
+        g = shared[0].shape[2]
+        ks, vs = (x.unsqueeze(1).expand(b, nq, hkv, g, hd).reshape(b * nq, hkv, g, hd) for x in shared)
+        kg, vg = torch.cat([ks, kg], dim=2), torch.cat([vs, vg], dim=2)   # (B·Nq, Hkv, G+K·blk, hd)
+    cols = kg.shape[2]
     qg = q.view(b, h, nq, block, hd).transpose(1, 2).reshape(b * nq, h, block, hd)   # (B·Nq, H, blk, hd)
-    mask = keep.unsqueeze(1).expand(b, nq, 1, block, n_keys * block)      # broadcast over batch
-    mask = mask.reshape(b * nq, 1, block, n_keys * block)                # (B·Nq, 1, blk, K·blk)
+    mask = keep.expand(b, nq, block, cols).unsqueeze(2)                  # broadcast over batch
+    mask = mask.reshape(b * nq, 1, block, cols)                          # (B·Nq, 1, blk, C)
     y = kernel(qg, kg, vg, None, mask, dropout_p, scale)                 # (B·Nq, H, blk, hd)
     return y.view(b, nq, h, block, hd).transpose(1, 2).reshape(b, h, nq * block, hd)   # (B, H, Nq·blk, hd)
 
@@ -232,6 +240,108 @@ class BigBirdCore(Core):
 
     def extra_repr(self) -> str:
         return f"block={self.block}, n_global={self.n_global}, n_random={self.n_random}, seed={self.seed}"
+
+
+class LongformerCore(Core):
+    """Longformer (Beltagy, Peters & Cohan 2020), bidirectional: a (dilated) sliding window plus symmetric
+    global tokens — not BigBird's blocks.
+
+    Query i sees key j when |i − j| ≤ ``window``·``dilation`` and ``dilation`` divides i − j: ``window``
+    keys on each side, every ``dilation``-th position (the project's window convention, that of
+    :class:`SlidingWindowCore`: ±window, 2·window + 1 keys; the paper's window size w is 2·window). A
+    *global* token — the first ``n_global_tokens`` positions (a CLS-like prefix) and any of
+    ``global_positions`` (those ≥ T are ignored) — sees every key, and every query sees it.
+
+    One softmax per query over local ∪ global keys, each key once: the local part masks the global keys
+    out of the window, which sit once in front of every block's keys. The local part is blocked like
+    :class:`SlidingWindowCore`, within each residue class mod ``dilation`` (positions r, r+d, r+2d, …,
+    where a dilated window is a plain one), through :func:`gathered_attention` with the G global keys
+    shared: (G + 3·block) scores per query. The G global rows are exact attention over all T keys, and
+    replace theirs. O(n·(window + G)) time and memory, never an n×n score matrix.
+    """
+
+    def __init__(self, window: int, n_global_tokens: int = 1, dilation: int = 1,
+                 global_positions: tuple[int, ...] = (), impl: AttnImpl = "sdpa") -> None:
+        super().__init__()
+        if window <= 0 or dilation <= 0 or n_global_tokens < 0:
+            raise ValueError(f"need window > 0, dilation > 0, n_global_tokens >= 0; "
+                             f"got {window}, {dilation}, {n_global_tokens}")
+        if any(p < 0 for p in global_positions):
+            raise ValueError(f"global_positions must be >= 0, got {global_positions}")
+        self.window, self.n_global_tokens, self.dilation = window, n_global_tokens, dilation
+        self.global_positions = tuple(sorted(set(global_positions)))
+        self.kernel = core_fn(impl)
+
+    def globals_at(self, t: int) -> list[int]:
+        """The global token positions of a length-t sequence, ascending."""
+        return sorted(set(range(min(self.n_global_tokens, t))) | {p for p in self.global_positions if p < t})
+
+    def _layout(self, t: int) -> tuple[int, int, int, tuple[int, ...]]:
+        """(dilation d, block, blocks per residue class nb, neighbour offsets) of a length-t sequence.
+
+        A dilation ≥ t leaves each query only itself locally, as d = t does: d = min(dilation, t)."""
+        d = max(min(self.dilation, t), 1)
+        per_class = -(-t // d)                                           # ⌈t/d⌉ positions per residue class
+        block = min(self.window, per_class)
+        nb = -(-per_class // block)
+        return d, block, nb, (0,) if nb == 1 else (-1, 0, 1)
+
+    def dense_mask(self, t: int, device: torch.device | None = None) -> Tensor:
+        """The dense (T, T) reference mask the blocked computation equals: window ∪ global rows ∪ global columns."""
+        i = torch.arange(t, device=device)
+        dist = i[:, None] - i[None, :]
+        local = (dist.abs() <= self.window * self.dilation) & (dist % self.dilation == 0)
+        glob = torch.zeros(t, dtype=torch.bool, device=device)
+        glob[self.globals_at(t)] = True
+        return local | glob[:, None] | glob[None, :]
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, causal: bool = False,
+                offset: int = 0, dropout_p: float = 0.0, scale: float | None = None) -> Tensor:
+        b, h, t, hd = q.shape
+        if bias is not None or causal or offset or k.shape[2] != t:
+            _refuse(self, bias=bias is not None, causal=causal, cache=offset != 0, cross=k.shape[2] != t)
+        d, block, nb, offsets = self._layout(t)
+        m, dev = nb * block, q.device                                    # m: padded length of a residue class
+        glob = torch.tensor(self.globals_at(t), dtype=torch.long, device=dev)   # (G,)
+        is_global = torch.zeros(m * d, dtype=torch.bool, device=dev)
+        is_global[glob] = True
+
+        def residues(x: Tensor) -> Tensor:                               # (B, h', T, hd) -> (B·d, h', m, hd)
+            x = F.pad(x, (0, 0, 0, m * d - t))                           # position p = i·d + r at [i, r]
+            return x.view(b, x.shape[1], m, d, hd).permute(0, 3, 1, 2, 4).reshape(b * d, x.shape[1], m, hd)
+
+        idx = torch.arange(nb, device=dev)[:, None] + torch.tensor(offsets, device=dev)   # (nb, K)
+        kpos = _key_positions(idx, block)                                # (nb, K·blk) in-class, may be <0 or ≥m
+        qpos = torch.arange(m, device=dev).view(nb, block, 1)            # (nb, blk, 1)
+        r = torch.arange(d, device=dev).view(d, 1, 1, 1)
+        q_at, k_at = qpos * d + r, kpos.unsqueeze(1) * d + r             # (d, nb, blk, 1), (d, nb, 1, K·blk)
+        local = (qpos - kpos.unsqueeze(1)).abs() <= self.window          # (nb, blk, K·blk)
+        local = local & (kpos >= 0).unsqueeze(1) & (k_at < t) & ~is_global[k_at.clamp(0, m * d - 1)]
+        local = local | (q_at >= t)                                      # padding queries: any key (dropped)
+        keep = torch.cat([local.new_ones(d, nb, block, len(glob)), local.expand(d, nb, block, -1)], dim=-1)
+        keep = keep.expand(b, d, nb, block, keep.shape[-1]).reshape(b * d, nb, block, keep.shape[-1])
+        idx = torch.where((idx >= 0) & (idx < nb), idx, nb)              # out of range -> zero block
+        shared = None
+        if len(glob):
+            shared = tuple(x[:, :, glob].unsqueeze(1).expand(b, d, x.shape[1], len(glob), hd)
+                           .reshape(b * d, x.shape[1], len(glob), hd) for x in (k, v))   # 2 × (B·d, Hkv, G, hd)
+        y = gathered_attention(residues(q), residues(k), residues(v), idx, keep, block, self.kernel, dropout_p,
+                               scale, shared=shared)                     # (B·d, H, m, hd)
+        y = y.view(b, d, h, m, hd).permute(0, 2, 3, 1, 4).reshape(b, h, m * d, hd)[:, :, :t]   # (B, H, T, hd)
+        if len(glob):
+            rows = self.kernel(q[:, :, glob], k, v, None, None, dropout_p, scale)   # (B, H, G, hd): every key
+            y = y.index_copy(2, glob, rows)
+        return y
+
+    def macs(self, heads: Heads, batch: int, t: int, s: int | None = None, causal: bool = False) -> int:
+        d, block, nb, offsets = self._layout(t)
+        g = len(self.globals_at(t))
+        local = d * nb * block * (g + len(offsets) * block)              # padded queries × (global + gathered) keys
+        return 2 * batch * heads.n_heads * heads.head_dim * (local + g * t)
+
+    def extra_repr(self) -> str:
+        extra = f", global_positions={self.global_positions}" if self.global_positions else ""
+        return f"window={self.window}, n_global_tokens={self.n_global_tokens}, dilation={self.dilation}{extra}"
 
 
 class LinformerCore(Core):

@@ -18,7 +18,7 @@ from harness.records import CaseRecord
 from harness.registry import resolve
 
 EFFICIENT = {"window": "lra-window", "linformer": "lra-linformer", "performer": "lra-performer",
-             "bigbird": "lra-bigbird"}
+             "bigbird": "lra-bigbird", "longformer": "lra-longformer"}
 EXACT = {"exact_eager": "eager", "exact_sdpa": "sdpa"}
 ERROR_N = 1024                             # the length the approximation errors are measured at
 ERROR_SEEDS = (0, 1, 2, 3, 4)
