@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("harness", "architectures", "claims", "reports", "cli", "suites")
-DATA = ("*.py", "*.toml", "*.j2", "*.css.j2", "*.csv.gz")
+DATA = ("*.py", "*.toml", "*.j2", "*.css.j2", "*.csv.gz", "*.csv")
 
 
 def test_wheel_holds_every_module_and_data_file(tmp_path: Path) -> None:
