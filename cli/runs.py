@@ -13,6 +13,8 @@ from cli.common import debug_option, err, load_plugins, out, plugin_option, show
 from harness import registry, session
 from harness.errors import BenchInputError
 from harness.executors import EXECUTORS, make_executor
+from harness.executors.devices import check_devices, device_type, parse_devices
+from harness.executors.ray_executor import RAY_MISSING, ray_available
 from harness.overhead import RunOverhead, summary_line
 from harness.records import CaseRecord, RunRecord
 from harness.store import Store
@@ -53,8 +55,14 @@ def list_cmd(what: str, pattern: str, plugins: tuple[str, ...]) -> None:
 @click.option("--dry-run", is_flag=True, help="Validate and list the cases; measure and write nothing.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Pin a suite key (repeatable).")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=None, help="Per-case timeout in seconds.")
-@click.option("--executor", type=click.Choice(sorted(EXECUTORS)), default="process", show_default=True,
-              help="Where cases run: an isolated worker process, or inline (no isolation, no timeout).")
+@click.option("--executor", type=click.Choice(sorted([*EXECUTORS, "ray"])), default=None,
+              help="Where cases run: an isolated worker process (default), inline (no isolation, no timeout), or "
+                   "Ray tasks (the `ray` extra; a local cluster unless --address).")
+@click.option("--address", default=None, metavar="ADDR",
+              help="With --executor ray: the Ray cluster to connect to (default: start a local one).")
+@click.option("--devices", default=None, metavar="DEV,DEV,...",
+              help="One worker per device of this machine (cuda:0,cuda:1 or cpu,cpu), cases spread over them, each "
+                   "pinned to its worker's device; the cases' device is the list's type unless --device says.")
 @click.option("--interleave", is_flag=True,
               help="Time the lines at each sweep point side by side in rounds (one line: the whole sweep), so their "
                    "ratios cancel the machine's drift.")
@@ -70,16 +78,23 @@ def list_cmd(what: str, pattern: str, plugins: tuple[str, ...]) -> None:
 @plugin_option
 @debug_option
 def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | None, resume: bool,
-            dry_run: bool, sets: tuple[str, ...], timeout: float | None, executor: str, interleave: bool,
-            flush_l2: bool, no_calibrate: bool, report_path: str | None, no_report: bool, plugins: tuple[str, ...], debug: bool) -> None:
+            dry_run: bool, sets: tuple[str, ...], timeout: float | None, executor: str | None, address: str | None,
+            devices: str | None, interleave: bool, flush_l2: bool, no_calibrate: bool, report_path: str | None,
+            no_report: bool, plugins: tuple[str, ...], debug: bool) -> None:
     """Run SUITE (a path or a built-in suite name), storing every case as it finishes; then print what the
     run shows (fitted exponents and ratios) and write its HTML report. `bench show RUN` has every case."""
+    device_list = parse_devices(devices) if devices else ()
+    executor_name = pick_executor(executor, address, device_list)
     plugin_files = load_plugins(plugins)
     pinned = parse_set(sets)
     if device:
         pinned["device"] = device
+    elif len({device_type(d) for d in device_list}) == 1:    # --devices cuda:0,cuda:1 alone: the cases on cuda
+        pinned["device"] = device_type(device_list[0])
     suite = load_suite(suite_ref, quick=quick, sets=pinned)
     cases = list(suite.cases)
+    if device_list:
+        check_devices(cases, device_list)
     if flush_l2:
         check_flush_l2(cases)
     if dry_run:
@@ -107,7 +122,7 @@ def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | No
                 median = rec.metric("median_ms")
                 last = f"{rec.line} {rec.arch} → {rec.status}" + (f" {median:.2f} ms" if median else "")
                 progress.update(task, advance=1, last=last)
-            failed = session.execute(store, opened.run_id, opened.todo, opts, executor, on_record)
+            failed = session.execute(store, opened.run_id, opened.todo, opts, executor_name, on_record)
     except KeyboardInterrupt:
         err.print(f"interrupted: finished cases are stored; `bench run ... --resume` completes run {opened.run_id}")
         sys.exit(130)
@@ -121,6 +136,23 @@ def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | No
         write_report(path, [(run, records)])
         out.print(f"report: {path}   ·   every case: bench show {run.id}", highlight=False, soft_wrap=True)
     sys.exit(1 if failed else 0)
+
+
+def pick_executor(executor: str | None, address: str | None, devices: tuple[str, ...]) -> str:
+    """The executor's name for :func:`harness.executors.make_executor` (``process``, ``inline``, ``ray``,
+    ``ray=ADDR``, ``devices=DEV,...``); a combination that makes no sense, or ray not installed, is bad input."""
+    if address and executor != "ray":
+        raise BenchInputError("only with --executor ray", where="--address")
+    if devices:
+        if executor not in (None, "process"):
+            raise BenchInputError(f"runs one process worker per device; not with --executor {executor}",
+                                  where="--devices")
+        return "devices=" + ",".join(devices)
+    if executor == "ray":
+        if not ray_available():
+            raise BenchInputError(RAY_MISSING)
+        return f"ray={address}" if address else "ray"
+    return executor or "process"
 
 
 def check_flush_l2(cases: list) -> None:
