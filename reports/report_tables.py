@@ -8,7 +8,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harness.records import CaseRecord, RunRecord
+from harness.records import LABEL_KEYS, CaseRecord, RunRecord
 from harness.stats import summarize
 from reports.findings import FIT_METRICS, Findings
 from reports.labels import case_labels, param_columns
@@ -150,11 +150,33 @@ def hard_differences(runs: Sequence[RunRecord]) -> list[str]:
                                           for run in runs}) > 1)
 
 
+def run_device(run: RunRecord, records: Sequence[CaseRecord]) -> str:
+    """Where a run measured, for a column header: its cases' device(s), with the GPU model on CUDA
+    ("cuda · NVIDIA H100 80GB HBM3"), else the CPU model."""
+    devices = sorted({str(r.workload.get("device") or "cpu") for r in records}) or ["cpu"]
+    gpus = sorted({g.get("name", "") for g in (run.hard_env.get("gpus") or []) if isinstance(g, Mapping)} - {""})
+    what = ", ".join(gpus) if any(d.startswith("cuda") for d in devices) and gpus else run.hard_env.get("cpu") or ""
+    return " · ".join(x for x in ("+".join(devices), str(what)) if x)
+
+
+def portable_key(r: CaseRecord) -> str:
+    """A case's identity without its device: arch, resolved config and the label workload fields but ``device``
+    (and the line's name, which a [cuda] table suffixes with the dtype) — how runs of one suite on different
+    devices or GPU types are aligned."""
+    work = {k: r.workload.get(k) for k in LABEL_KEYS if k != "device"}
+    return json.dumps([r.arch, dict(r.config), work], sort_keys=True, default=str)
+
+
 def side_by_side(runs: Sequence[Run], axis: str | None) -> dict[str, Any]:
     """The cases every run of one suite holds (aligned on their case keys, in the first run's order), each
     labelled by its readable parameters, with each run's median and its ratio to the first run's; the
-    cases not in every run are counted per run, not listed."""
-    index = [{r.case_key: r for r in records} for _, records in runs]
+    cases not in every run are counted per run, not listed. Runs on different devices (a CPU and a GPU, two GPU
+    types) are aligned on :func:`portable_key` instead — the same case on each device — and every column is
+    headed by its run's device (:func:`run_device`)."""
+    devices = [run_device(run, records) for run, records in runs]
+    by_device = len({d.split(" · ")[0] for d in devices}) > 1
+    key_of = portable_key if by_device else (lambda r: r.case_key)
+    index = [{key_of(r): r for r in records} for _, records in runs]
     shared_keys = [k for k in index[0] if all(k in other for other in index[1:])]
     shared = [index[0][k] for k in shared_keys]
     keys = param_columns(shared, axis)
@@ -180,6 +202,7 @@ def side_by_side(runs: Sequence[Run], axis: str | None) -> dict[str, Any]:
                      "cells": cells})
     geomeans = [f"{math.exp(sum(map(math.log, rs)) / len(rs)):.3f}×" if rs else "–" for rs in ratios]
     not_shared = [{"run": run.id, "n": len(by_key) - len(shared_keys)} for (run, _), by_key in zip(runs, index)]
-    return {"runs": [run.id for run, _ in runs], "param_keys": keys, "show_arch": show_arch, "rows": rows,
+    return {"runs": [run.id for run, _ in runs], "devices": devices, "by_device": by_device,
+            "param_keys": keys, "show_arch": show_arch, "rows": rows,
             "shared": len(shared_keys), "not_shared": [n for n in not_shared if n["n"]], "geomeans": geomeans,
             "hard_differences": hard_differences([run for run, _ in runs])}

@@ -410,3 +410,20 @@ def test_no_sdpa_backend_column_without_one():
         run = RunRecord("r", "s", False, "done", len(records), "2026-01-01T00:00:00+00:00")
         page = render_report([(run, records)])
         assert "<th>sdpa_backend</th>" not in page
+
+
+def test_runs_on_different_devices_are_aligned_by_case_and_headed_by_device(two_runs):
+    """A suite measured on a CPU and on a GPU: the case keys differ (the device is part of them), so the runs are
+    matched on architecture, config and workload, and each column says where it ran."""
+    _, url, first, second = two_runs
+    store = Store(url, create=False)
+    a, b = store.get_run(first), store.get_run(second)
+    gpu = [dataclasses.replace(r, case_key="gpu-" + r.case_key, workload={**r.workload, "device": "cuda"})
+           for r in store.records(second)]
+    env = {**b.env, "hard": {**b.hard_env, "gpus": [{"name": "NVIDIA H100 80GB HBM3"}], "cuda": "13.0"}}
+    page = render_report([(a, store.records(first)), (dataclasses.replace(b, env=env), gpu)])
+    aligned = page[page.index('<table class="aligned">'):]
+    aligned = aligned[:aligned.index("</table>")]
+    assert "cuda · NVIDIA H100 80GB HBM3" in aligned and "cpu · " in aligned
+    assert aligned.count("2.000×") == 6 + 1                 # the same 6 shared cases, matched across devices
+    assert "measured on different devices" in page
