@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade -c constraints.txt pip setuptools
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test,parquet,timm]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test,parquet,timm,postgres,ray]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -59,6 +59,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         4, "cases store the SDPA kernel a real call ran (harness.kernels.probe)",
         ddl=("ALTER TABLE cases ADD COLUMN sdpa_backend VARCHAR(80)",),
         cases=_v4_cases, new_case_columns=("sdpa_backend",)),
+    Migration(
+        5, "run leases: one driver per run at a time (a second concurrent --resume is refused; a dead one's "
+           "lease goes stale)",
+        ddl=("CREATE TABLE IF NOT EXISTS run_leases (run_id VARCHAR(40) NOT NULL PRIMARY KEY, "
+             "owner VARCHAR(120) NOT NULL, host VARCHAR(200) NOT NULL, pid INTEGER NOT NULL, "
+             "pid_started FLOAT NOT NULL, acquired_at VARCHAR(40) NOT NULL, heartbeat FLOAT NOT NULL)",)),
 )
 
 

@@ -11,9 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """1: the store as first released (no version table). 2: runs carry the suite's text and resolved spec.
-3: cases carry their timing rounds and interleave group."""
+3: cases carry their timing rounds and interleave group. 4: cases carry the SDPA kernel (sdpa_backend).
+5: run leases (one driver per run; harness.store)."""
 
 Status = Literal["ok", "oom", "timeout", "error", "skipped"]
 STATUSES: tuple[str, ...] = ("ok", "oom", "timeout", "error", "skipped")

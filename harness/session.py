@@ -67,10 +67,14 @@ def _startup_s() -> float:
 def open_run(store: Store, suite: Suite, cases: Sequence[Case], *, resume: bool, quick: bool,
              timeout: float | None, calibrate: bool = True, extra_options: dict[str, Any] | None = None
              ) -> OpenedRun:
-    """A new run for ``cases`` (with the suite's text and spec), or the newest run of the suite to complete."""
+    """A new run for ``cases`` (with the suite's text and spec), or the newest run of the suite to complete.
+
+    Either way this process becomes the run's one driver (its lease, released when :func:`execute` ends): a
+    ``resume`` of a run another live process is driving raises :class:`harness.store.RunBusyError`."""
     opened_at, startup_s = time.perf_counter(), _startup_s()
     previous = store.resumable(suite.name, quick) if resume else None
     if previous is not None:
+        store.claim_run(previous.id)     # one driver per run: RunBusyError (one line, exit 2) if another is live
         done = store.stored_keys(previous.id)
         todo = [c for c in cases if c.key not in done]
         store.reopen_run(previous.id, max(previous.n_cases, len(cases)))
@@ -89,7 +93,8 @@ def open_run(store: Store, suite: Suite, cases: Sequence[Case], *, resume: bool,
         options["peak"] = calibrate_peak(used, threads)
         calibrate_s = time.perf_counter() - t0
     run_id = store.create_run(suite.name, str(Path(suite.path).resolve()), quick, len(cases),
-                              fingerprint(threads=threads), options, suite_text=suite.text, spec=suite.spec)
+                              fingerprint(threads=threads), options, suite_text=suite.text, spec=suite.spec,
+                              lease=True)
     return _remember(OpenedRun(run_id, list(cases), 0, opened_at, startup_s, calibrate_s))
 
 
@@ -189,29 +194,35 @@ def execute(store: Store, run_id: str, todo: Sequence[Case], opts: RunOptions, e
         status = "interrupted"
         raise
     finally:
-        executor.close()
-        if status == "done" and opened is not None and opened.calibrate_s > 0:
-            t0 = time.perf_counter()
-            recheck_peak(store, run_id, todo)
-            opened = dataclasses.replace(opened, calibrate_s=opened.calibrate_s + time.perf_counter() - t0)
-        if status is not None:
-            wall = (opened.startup_s + time.perf_counter() - opened.opened_at if opened is not None
-                    else time.perf_counter() - started)
-            _store_overhead(store, run_id, wall, parts, opened, executor)
-            store.finish_run(run_id, status)
+        try:
+            executor.close()
+            if status == "done" and opened is not None and opened.calibrate_s > 0:
+                t0 = time.perf_counter()
+                recheck_peak(store, run_id, todo)
+                opened = dataclasses.replace(opened, calibrate_s=opened.calibrate_s + time.perf_counter() - t0)
+            if status is not None:
+                wall = (opened.startup_s + time.perf_counter() - opened.opened_at if opened is not None
+                        else time.perf_counter() - started)
+                _store_overhead(store, run_id, wall, parts, opened, executor)
+                store.finish_run(run_id, status)
+        finally:
+            store.release_run(run_id)    # also after an error: the run stays resumable, by anyone
     return failed
 
 
 def _store_overhead(store: Store, run_id: str, wall_s: float, parts: list[tuple[dict[str, float], float | None]],
                     opened: OpenedRun | None, executor: object) -> RunOverhead | None:
-    """Account the run's wall time, store it with the run (options ``overhead``) and log its summary line."""
+    """Account the run's wall time, store it with the run (options ``overhead``) and log its summary line. With
+    several workers measuring at once (``--devices``: the executor's ``concurrency``), the parts are accounted
+    against worker-seconds (wall × workers), since the workers' case parts overlap in wall time."""
+    workers = max(1, int(getattr(executor, "concurrency", 1) or 1))
     try:
-        o = run_overhead(wall_s, parts, startup_s=opened.startup_s if opened else 0.0,
+        o = run_overhead(wall_s * workers, parts, startup_s=opened.startup_s if opened else 0.0,
                          calibrate_s=opened.calibrate_s if opened else 0.0,
                          workers_s=getattr(executor, "startup_s", 0.0), worker_starts=getattr(executor, "starts", 0))
     except ValueError as exc:          # parts that overlap: a bug in the accounting, said rather than stored
         log.warning("time accounting failed: %s", exc)
         return None
-    store.update_options(run_id, overhead=o.to_dict())
-    log.info("%s", summary_line(o))
+    store.update_options(run_id, overhead={**o.to_dict(), "workers": workers})
+    log.info("%s%s", summary_line(o), f" (worker-seconds of {workers} workers)" if workers > 1 else "")
     return o
