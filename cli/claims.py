@@ -52,7 +52,7 @@ DEFAULT_OUTPUT = "results/claims.html"
 def claims(quick: bool, only: str | None, output: str, markdown: str | None, store_url: str | None, fresh: bool,
            seeds: str, threads: int | None, force: bool, list_only: bool, device: str, merge_path: str | None,
            debug: bool) -> None:
-    """Test the documents' claims (C01–C39): a verdict for each, with the figures that decided it, the device
+    """Test the documents' claims (C01–C42): a verdict for each, with the figures that decided it, the device
     that measured them and their provenance. Exits 1 (after the table and the report) when a probe failed."""
     catalog = load_catalog()
     device = check_device(device)

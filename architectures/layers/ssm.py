@@ -45,8 +45,9 @@ from torch.utils.flop_counter import register_flop_formula
 
 from architectures.layers.blocks import NormKind, make_norm
 
-CHUNK = 64        # positions discretised at once: the scan's temporaries are (B, CHUNK, D, N)
-SUB = 8           # sub-chunk length of the two-level scan inside a chunk
+CHUNK = 64              # at most this many positions are discretised at once ...
+CHUNK_ELEMS = 1 << 19   # ... and at most ~this many (batch, position, channel, state) elements: a chunk's
+                        # temporaries (2 MB each in fp32) stay in cache while the kernels pass over them
 FWD_MACS_PER_STATE = 3      # see the module docstring
 BWD_MACS_PER_STATE = 6
 
@@ -60,64 +61,92 @@ def _acc(x: Tensor) -> torch.dtype:
     return torch.promote_types(x.dtype, torch.float32)
 
 
-class _Scratch:
-    """Work buffers reused from chunk to chunk (fresh multi-MB tensors per chunk cost page faults on CPU):
-    ``get(name, shape)`` is a contiguous view of the named flat buffer, grown on demand."""
+def _chunk_len(b: int, d: int, n: int) -> int:
+    """Positions per chunk: CHUNK, fewer where the (B, c, D, N) temporaries would leave the cache."""
+    return max(1, min(CHUNK, CHUNK_ELEMS // (b * d * n)))
 
-    def __init__(self, A: Tensor) -> None:
-        self.like, self.flat = A, {}
-        self.A2 = A * math.log2(math.e)  # exp(delta·A) = exp2(delta·A·log2 e): faster
 
-    def get(self, name: str, shape: tuple[int, ...]) -> Tensor:
-        n = math.prod(shape)
+def _chunks(length: int, c: int) -> list[tuple[int, int]]:
+    return [(i, min(i + c, length)) for i in range(0, length, c)]
+
+
+class _Scan:
+    """One call's inputs in the accumulation dtype and its work buffers, reused from chunk to chunk (fresh
+    multi-MB tensors per chunk cost page faults on CPU). ``lti``: delta is the same at every batch row and
+    position (S4D), so the decay exp(delta·A) is one (D, N) tensor, broadcast, never (B, c, D, N)."""
+
+    def __init__(self, x: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor) -> None:
+        acc = _acc(x)
+        self.x, self.delta, self.B, self.C = x.to(acc), delta.to(acc), B.to(acc), C.to(acc)
+        self.A = A.to(acc)                                                # (D, N)
+        self.A2 = self.A * math.log2(math.e)                              # exp(delta·A) = exp2(delta·A·log2 e)
+        self.lti = bool(torch.equal(self.delta, self.delta[:1, :1].expand_as(self.delta)))
+        self.a_lti = torch.exp2(self.delta[0, 0, :, None] * self.A2) if self.lti else None   # (D, N)
+        b, length, d = x.shape
+        self.dims = (b, d, A.shape[1])
+        self.c = _chunk_len(*self.dims)
+        self.flat: dict[str, Tensor] = {}
+
+    def get(self, name: str, c: int, extra: int = 0) -> Tensor:
+        """A (B, c + extra, D, N) view of the named flat buffer, grown on demand."""
+        b, d, n = self.dims
+        shape = (b, c + extra, d, n)
+        size = math.prod(shape)
         buf = self.flat.get(name)
-        if buf is None or buf.numel() < n:
-            buf = self.flat[name] = self.like.new_empty(n)
-        return buf[:n].view(shape)
+        if buf is None or buf.numel() < size:
+            buf = self.flat[name] = self.A.new_empty(size)
+        return buf[:size].view(shape)
 
+    def bc(self, t: Tensor, i: int, j: int) -> Tensor:
+        """B or C at positions i..j, broadcastable to (B, c, D, N): (B, L, N) -> (B, c, 1, N), (D, N) as is."""
+        return t[:, i:j, None, :] if t.dim() == 3 else t
 
-def _bc(t: Tensor, i: int, j: int, acc: torch.dtype) -> Tensor:
-    """B or C for positions i..j, broadcastable to (B, c, D, N): (B, L, N) -> (B, c, 1, N); (D, N) -> (1, 1, D, N)."""
-    return t[:, i:j, None, :].to(acc) if t.dim() == 3 else t.to(acc)[None, None]
+    def decays(self, i: int, j: int) -> Tensor:
+        """exp(delta·A) at positions i..j: (B, c, D, N), or the (D, N) one of an LTI scan."""
+        if self.lti:
+            return self.a_lti
+        return torch.mul(self.delta[:, i:j, :, None], self.A2, out=self.get("a", j - i)).exp2_()
 
-
-def _discretise(x: Tensor, delta: Tensor, A: Tensor, B: Tensor, i: int, j: int,
-                work: _Scratch) -> tuple[Tensor, Tensor]:
-    """Decays exp(delta·A) and inputs (delta·x)⊗B of positions i..j, each (B, c, D, N) in A's dtype."""
-    dl = delta[:, i:j].to(A.dtype)                                        # (B, c, D)
-    shape = (*dl.shape, A.shape[1])
-    a = torch.mul(dl.unsqueeze(-1), work.A2, out=work.get("a", shape)).exp2_()   # exp(delta·A), (B, c, D, N)
-    u = torch.mul((dl * x[:, i:j]).unsqueeze(-1), _bc(B, i, j, A.dtype), out=work.get("u", shape))
-    return a, u
-
-
-def _scan_chunk(a: Tensor, u: Tensor, h0: Tensor, hs: Tensor, work: _Scratch) -> Tensor:
-    """States h_t = a_t·h_{t-1} + u_t of one chunk written into ``hs`` (B, c, D, N), from h0 (B, D, N)."""
-    b, c, d, n = u.shape
-    if c % SUB or c < 2 * SUB:                                            # short chunk: step by step
-        h = h0
-        for a_t, u_t, out in zip(a.unbind(1), u.unbind(1), hs.unbind(1)):
-            h = torch.addcmul(u_t, a_t, h, out=out)                       # (B, D, N)
+    def states(self, i: int, j: int, h: Tensor, a: Tensor) -> Tensor:
+        """(B, c+1, D, N): the state before position i (``h``), then the states after positions i..j."""
+        hs = self.get("hs", j - i, 1)
+        hs[:, 0] = h
+        torch.mul((self.delta[:, i:j] * self.x[:, i:j]).unsqueeze(-1), self.bc(self.B, i, j), out=hs[:, 1:])
+        steps = hs.unbind(1)
+        for t, a_t in enumerate(_per_position(a, j - i)):                 # h_t = a_t·h_{t-1} + u_t, in place
+            steps[t + 1].addcmul_(a_t, steps[t])
         return hs
-    k = c // SUB
-    shape = (b, k, SUB, d, n)
-    a5, u5, hs5, decay = a.view(shape), u.view(shape), hs.view(shape), work.get("decay", shape)
-    h, p = hs5[:, :, 0], decay[:, :, 0]
-    h.copy_(u5[:, :, 0])                                                  # every sub-chunk from a zero state
-    p.copy_(a5[:, :, 0])
-    for t in range(1, SUB):                                               # (B, k, D, N) per step
-        h = torch.addcmul(u5[:, :, t], a5[:, :, t], h, out=hs5[:, :, t])
-        p = torch.mul(a5[:, :, t], p, out=decay[:, :, t])                 # a_t···a_first of the sub-chunk
-    starts = work.get("starts", (b, k, 1, d, n))                        # each sub-chunk's start state
-    starts[:, 0, 0] = h0
-    for j in range(k - 1):                                                # carry across the sub-chunks, (B, D, N)
-        torch.addcmul(hs5[:, j, -1], decay[:, j, -1], starts[:, j, 0], out=starts[:, j + 1, 0])
-    hs5.addcmul_(decay, starts)                                           # + decay · start state
-    return hs
 
 
-def _chunks(length: int) -> list[tuple[int, int]]:
-    return [(i, min(i + CHUNK, length)) for i in range(0, length, CHUNK)]
+def _per_position(a: Tensor, c: int) -> list[Tensor]:
+    """The c decays of a chunk, each (B, D, N) or the LTI scan's (D, N)."""
+    return list(a.unbind(1)) if a.dim() == 4 else [a] * c
+
+
+@torch.library.custom_op("bench_ssm::selective_scan", mutates_args=())
+def _selective_scan(x: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor,
+                    h0: Tensor | None) -> tuple[Tensor, Tensor]:
+    _check(x, delta, A, B, C, h0)
+    acc = _acc(x)
+    if x.shape[1] == 1:                                                   # a decode step: no chunk machinery
+        A32, h, B1, C1 = A.to(acc), _initial(x, A, h0), _bc1(B, acc), _bc1(C, acc)
+        dl = delta[:, 0].to(acc)                                          # (B, D)
+        h = torch.exp(dl.unsqueeze(-1) * A32).mul_(h).add_((dl * x[:, 0]).unsqueeze(-1) * B1)
+        y = (h * C1).sum(-1, keepdim=True).transpose(1, 2)               # (B, 1, D)
+        return y.to(x.dtype), h.to(x.dtype)
+    s = _Scan(x, delta, A, B, C)
+    h = _initial(x, A, h0)
+    y = x.new_empty(x.shape, dtype=acc)                                   # (B, L, D)
+    for i, j in _chunks(x.shape[1], s.c):
+        hs = s.states(i, j, h, s.decays(i, j))[:, 1:]                    # (B, c, D, N)
+        torch.sum(torch.mul(hs, s.bc(s.C, i, j), out=s.get("tmp", j - i)), -1, out=y[:, i:j])   # (B, c, D)
+        h = hs[:, -1].clone()                                             # the buffer is reused next chunk
+    return y.to(x.dtype), h.to(x.dtype)
+
+
+def _bc1(t: Tensor, acc: torch.dtype) -> Tensor:
+    """B or C of a one-position scan, broadcastable to (B, D, N)."""
+    return t[:, 0, None, :].to(acc) if t.dim() == 3 else t.to(acc)
 
 
 def _initial(x: Tensor, A: Tensor, h0: Tensor | None) -> Tensor:
@@ -137,26 +166,6 @@ def _check(x: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, h0: Tensor
         raise ValueError(f"selective_scan: h0 must be {(b, d, n)}, got {tuple(h0.shape)}")
 
 
-@torch.library.custom_op("bench_ssm::selective_scan", mutates_args=())
-def _selective_scan(x: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor,
-                    h0: Tensor | None) -> tuple[Tensor, Tensor]:
-    _check(x, delta, A, B, C, h0)
-    A32, h = A.to(_acc(x)), _initial(x, A, h0)
-    if x.shape[1] == 1:                                                   # a decode step: no chunk machinery
-        dl = delta[:, 0].to(A32.dtype)                                    # (B, D)
-        h = torch.exp(dl.unsqueeze(-1) * A32).mul_(h).add_((dl * x[:, 0]).unsqueeze(-1) * _bc(B, 0, 1, A32.dtype)[:, 0])
-        y = (h * _bc(C, 0, 1, A32.dtype)[:, 0]).sum(-1, keepdim=True).transpose(1, 2)   # (B, 1, D)
-        return y.to(x.dtype), h.to(x.dtype)
-    work = _Scratch(A32)
-    y = x.new_empty(x.shape, dtype=A32.dtype)                             # (B, L, D)
-    for i, j in _chunks(x.shape[1]):
-        a, u = _discretise(x, delta, A32, B, i, j, work)
-        hs = _scan_chunk(a, u, h, work.get("hs", u.shape), work)         # (B, c, D, N)
-        h = hs[:, -1].clone()                                             # the buffer is reused next chunk
-        y[:, i:j] = hs.mul_(_bc(C, i, j, A32.dtype)).sum(-1)             # (B, c, D)
-    return y.to(x.dtype), h.to(x.dtype)
-
-
 @_selective_scan.register_fake
 def _(x, delta, A, B, C, h0):
     _check(x, delta, A, B, C, h0)
@@ -166,46 +175,52 @@ def _(x, delta, A, B, C, h0):
 @torch.library.custom_op("bench_ssm::selective_scan_backward", mutates_args=())
 def _selective_scan_backward(dy: Tensor, dh_last: Tensor | None, x: Tensor, delta: Tensor, A: Tensor, B: Tensor,
                              C: Tensor, h0: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-    A32 = A.to(_acc(x))
-    work = _Scratch(A32)
-    chunks = _chunks(x.shape[1])
+    s = _Scan(x, delta, A, B, C)
+    chunks = _chunks(x.shape[1], s.c)
     starts, h = [], _initial(x, A, h0)
     for i, j in chunks:                                                   # recompute the chunks' start states
         starts.append(h)
-        a, u = _discretise(x, delta, A32, B, i, j, work)
-        h = _scan_chunk(a, u, h, work.get("hs", u.shape), work)[:, -1].clone()
-    dx = torch.empty(x.shape, dtype=A32.dtype, device=x.device)
-    ddelta = torch.empty_like(dx)
-    dA = torch.zeros_like(A32)
-    dB, dC = (torch.zeros(t.shape, dtype=A32.dtype, device=t.device) for t in (B, C))
-    g_next = h.new_zeros(h.shape) if dh_last is None else dh_last.to(A32.dtype)   # adjoint of the next chunk's
-    a_next = torch.ones_like(g_next)                                      # first state, and that state's decay
+        h = s.states(i, j, h, s.decays(i, j))[:, -1].clone()
+    dy = dy.to(s.A.dtype)
+    dx, ddelta = torch.empty_like(s.x), torch.empty_like(s.x)            # (B, L, D)
+    dA = torch.zeros_like(s.A)
+    dB, dC = torch.zeros_like(s.B), torch.zeros_like(s.C)
+    g_next = None if dh_last is None else dh_last.to(s.A.dtype)          # adjoint of the state after the chunk
+    a_next = None                                                         # and the decay into it (None: 1)
     for (i, j), h_start in zip(reversed(chunks), reversed(starts)):
-        a, u = _discretise(x, delta, A32, B, i, j, work)                  # (B, c, D, N)
-        hs = _scan_chunk(a, u, h_start, work.get("hs", u.shape), work)
-        dyc, dl, xc = (t[:, i:j].to(A32.dtype) for t in (dy, delta, x))  # (B, c, D)
-        a_shift = torch.cat([a[:, 1:], a_next.unsqueeze(1)], 1).flip(1)  # a_{t+1}, reversed in time
-        v = (dyc.unsqueeze(-1) * _bc(C, i, j, A32.dtype)).flip(1)        # dL/dy_t·C_t, reversed
-        g = _scan_chunk(a_shift, v, g_next, torch.empty_like(v), work).flip(1)   # dL/dh_t, (B, c, D, N)
-        g_next, a_next = g[:, 0], a[:, 0].clone()
-        h_prev = torch.cat([h_start.unsqueeze(1), hs[:, :-1]], 1)        # (B, c, D, N)
-        dlx = dl * xc                                                     # (B, c, D)
-        dyh = dyc.unsqueeze(-1) * hs
-        gdlx = g * dlx.unsqueeze(-1)
-        if C.dim() == 3:
-            dC[:, i:j] = dyh.sum(2)                                       # (B, c, N)
+        c = j - i
+        a = s.decays(i, j)                                                # (B, c, D, N) or (D, N)
+        hs = s.states(i, j, h_start, a)                                   # (B, c+1, D, N)
+        h_prev, h_t = hs[:, :-1], hs[:, 1:]
+        dl, xc, dyc = s.delta[:, i:j], s.x[:, i:j], dy[:, i:j]            # (B, c, D)
+        dlx = dl * xc
+        g = torch.mul(dyc.unsqueeze(-1), s.bc(s.C, i, j), out=s.get("g", c))   # C_t·dy_t, then dL/dh_t
+        steps, decay = g.unbind(1), _per_position(a, c)
+        for t in reversed(range(c)):                                      # g_t = C_t·dy_t + a_{t+1}·g_{t+1}
+            nxt, a_nxt = (g_next, a_next) if t == c - 1 else (steps[t + 1], decay[t + 1])
+            if a_nxt is not None:
+                steps[t].addcmul_(a_nxt, nxt)
+            elif nxt is not None:                                         # into h_last: no decay
+                steps[t].add_(nxt)
+        g_next, a_next = g[:, 0].clone(), (a if s.lti else a[:, 0].clone())
+        tmp = s.get("tmp", c)
+        if s.C.dim() == 3:
+            dC[:, i:j] = torch.matmul(dyc.unsqueeze(2), h_t).squeeze(2)  # Σ_d dy·h, (B, c, N)
         else:
-            dC += dyh.sum((0, 1))                                         # (D, N)
-        if B.dim() == 3:
-            dB[:, i:j] = gdlx.sum(2)
+            dC += torch.mul(h_t, dyc.unsqueeze(-1), out=tmp).sum((0, 1))  # (D, N)
+        if s.B.dim() == 3:
+            dB[:, i:j] = torch.matmul(dlx.unsqueeze(2), g).squeeze(2)    # Σ_d g·(delta·x), (B, c, N)
         else:
-            dB += gdlx.sum((0, 1))
-        d_dlx = (g * _bc(B, i, j, A32.dtype)).sum(-1)                     # (B, c, D)
-        dlog = g * h_prev * a                                             # dL/d(delta·A), (B, c, D, N)
-        dA += (dlog * dl.unsqueeze(-1)).sum((0, 1))
-        ddelta[:, i:j] = (dlog * A32).sum(-1) + d_dlx * xc
+            dB += torch.mul(g, dlx.unsqueeze(-1), out=tmp).sum((0, 1))
+        d_dlx = torch.mul(g, s.bc(s.B, i, j), out=tmp).sum(-1)           # Σ_n g·B, (B, c, D)
+        dlog = g.mul_(h_prev).mul_(a)                                     # dL/d(delta·A) = g_t·a_t·h_{t-1}
+        if s.lti:
+            dA += dlog.sum((0, 1)) * dl[0, 0, :, None]
+        else:
+            dA += torch.mul(dlog, dl.unsqueeze(-1), out=tmp).sum((0, 1))
+        ddelta[:, i:j] = torch.mul(dlog, s.A, out=tmp).sum(-1).addcmul_(d_dlx, xc)
         dx[:, i:j] = d_dlx * dl
-    dh0 = a_next * g_next                                                 # h_0 = a_0·h0 + u_0
+    dh0 = g_next if a_next is None else a_next * g_next                   # h_0 = a_0·h0 + u_0
     return (dx.to(x.dtype), ddelta.to(delta.dtype), dA.to(A.dtype), dB.to(B.dtype), dC.to(C.dtype),
             dh0.to(x.dtype))
 

@@ -23,7 +23,7 @@ TIMING_METRICS = ("median_ms", "mean_ms", "min_ms", "throughput_per_s")
 
 ProbeFn = Callable[[Context], Evidence]
 PROBES: dict[str, tuple[ProbeFn, tuple[str, ...]]] = {}
-MODULES = ("cost", "long_sequence", "variants", "vision", "training", "blocks")
+MODULES = ("cost", "long_sequence", "variants", "vision", "training", "blocks", "ssm", "vision_rivals")
 
 
 def probe(name: str, figures: tuple[str, ...]) -> Callable[[ProbeFn], ProbeFn]:
