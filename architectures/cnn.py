@@ -53,6 +53,13 @@ class ResNetMicroConfig:
         return [self.width * 2 ** i for i in range(self.n_stages)]
 
 
+
+def shortcut(c_in: int, c_out: int, stride: int) -> nn.Module:
+    """A residual block's shortcut: identity, or a strided 1×1 conv + BatchNorm when the shape changes."""
+    if stride == 1 and c_in == c_out:
+        return nn.Identity()
+    return nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out))
+
 class BasicBlock(nn.Module):
     """relu(BN(conv3×3(relu(BN(conv3×3(x))))) + shortcut(x)); a 1×1 conv + BN shortcut when the shape changes."""
 
@@ -63,9 +70,7 @@ class BasicBlock(nn.Module):
         self.conv2 = nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False)
         self.bn2 = nn.BatchNorm2d(c_out)
         self.relu = nn.ReLU()
-        self.shortcut: nn.Module = nn.Identity()
-        if stride != 1 or c_in != c_out:
-            self.shortcut = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out))
+        self.shortcut = shortcut(c_in, c_out, stride)
 
     def forward(self, x: Tensor) -> Tensor:                        # (B, C_in, H, W) -> (B, C_out, H/s, W/s)
         y = self.relu(self.bn1(self.conv1(x)))

@@ -55,6 +55,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.flop_counter import register_flop_formula
 
+from architectures.cnn import shortcut
 from architectures.inputs import image_inputs
 from harness.registry import register
 from harness.spec import ArchSpec, Workload
@@ -293,9 +294,7 @@ class Bottleneck(nn.Module):
         self.conv3 = nn.Conv2d(width, c_out, 1, bias=False)
         self.bn3 = nn.BatchNorm2d(c_out)
         self.relu = nn.ReLU()
-        self.shortcut: nn.Module = nn.Identity()
-        if stride != 1 or c_in != c_out:
-            self.shortcut = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out))
+        self.shortcut = shortcut(c_in, c_out, stride)
 
     def forward(self, x: Tensor) -> Tensor:                                 # (B, C_in, H, W) -> (B, C_out, H/s, W/s)
         y = self.relu(self.bn1(self.conv1(x)))

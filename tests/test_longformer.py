@@ -4,20 +4,24 @@ its approximation error against exact attention; the ``lra-longformer`` preset's
 bidirectional, so the core refuses a causal mask (tested) rather than implement one."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from architectures.efficient_attention import LongEncoder, LongEncoderConfig, cost, make_attention, token_inputs
+from architectures.efficient_attention import LongEncoderConfig, cost, make_attention
 from architectures.layers.attention import Attention, KVCache, eager_attention
 from architectures.layers.efficient import LongformerCore, SlidingWindowCore, approximation_error
 from harness.fake import build_fake, new_fake_mode
-from harness.flops import count_model, count_params
+from harness.flops import count_model
 from harness.memory import measure_peak_cpu
+from harness import registry
 from harness.registry import resolve
 from harness.spec import Workload
+from tests.helpers import counted_cost
 
 CPU = torch.device("cpu")
 
@@ -259,10 +263,5 @@ def test_lra_longformer_cost_matches_counter(overrides, t):
     cfg = LongEncoderConfig(**{**vars(resolve("lra-longformer", vocab_size=20, d_model=16, n_layers=2, n_heads=4,
                                               max_seq_len=48, window=3).config), **overrides})
     w = Workload(batch_size=2, seq_len=t)
-    mode = new_fake_mode()
-    model = build_fake(lambda: LongEncoder(cfg), mode, CPU).eval()
-    with mode:
-        counted = count_model(model, token_inputs(cfg, w, CPU))
     analytic = cost(cfg, w)
-    assert analytic["params"] == count_params(model)
-    assert analytic["macs"] == counted.macs, counted.by_op
+    assert (analytic["params"], analytic["macs"]) == counted_cost(replace(registry.get("lra-longformer"), config=cfg), w)
