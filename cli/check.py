@@ -14,7 +14,7 @@ from harness.ab import interleave_versions, worktree
 from harness.env import fingerprint
 from harness.errors import BenchInputError
 from harness.executors import EXECUTORS, make_executor
-from harness.records import CaseRecord, RunRecord
+from harness.records import FAILED, CaseRecord, RunRecord
 from harness.runner import RunOptions
 from harness.spec import Case
 from harness.store import Store
@@ -156,7 +156,7 @@ def _check_against(store: Store, suite: Suite, cases: list[Case], opts: RunOptio
             runs[side] = store.get_run(run_id)
         base_records, cand_records = [p[0] for p in pairs], [p[1] for p in pairs]
         for b in base_records:
-            if b.status == "error":
+            if b.status in FAILED:
                 err.print(f"[yellow]warning:[/] {ref} failed {b.line} {b.arch}: {b.message.splitlines()[0][:160]} "
                           "(nothing to compare this case with)", highlight=False, soft_wrap=True)
         doc = baseline_document(runs[0], base_records)

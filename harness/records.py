@@ -16,8 +16,12 @@ SCHEMA_VERSION = 5
 3: cases carry their timing rounds and interleave group. 4: cases carry the SDPA kernel (sdpa_backend).
 5: run leases (one driver per run; harness.store)."""
 
-Status = Literal["ok", "oom", "timeout", "error", "skipped"]
-STATUSES: tuple[str, ...] = ("ok", "oom", "timeout", "error", "skipped")
+Status = Literal["ok", "oom", "timeout", "error", "crashed", "skipped"]
+STATUSES: tuple[str, ...] = ("ok", "oom", "timeout", "error", "crashed", "skipped")
+"""``crashed``: the worker died during the case (a signal or an exit) with no recorded out-of-memory kill
+(harness.executors.deaths); ``error``: the case raised; ``oom``: out of memory, on evidence."""
+FAILED: frozenset[str] = frozenset({"error", "crashed"})
+"""Statuses that make a run exit 1 and a check fail (an oom, a timeout or a skip is a result)."""
 
 LABEL_KEYS = ("seq_len", "img_size", "batch_size", "dtype", "mode", "device", "compile")
 """Workload fields a case is labelled by (the others, e.g. threads, are the same across a run)."""

@@ -18,7 +18,7 @@ from harness.calibrate import calibrate_run
 from harness.env import fingerprint, usable_cores
 from harness.executors import make_executor
 from harness.overhead import RunOverhead, process_age_s, run_overhead, summary_line
-from harness.records import CaseRecord
+from harness.records import FAILED, CaseRecord
 from harness.runner import RunOptions
 from harness.spec import Case
 from harness.store import Store
@@ -186,7 +186,7 @@ def execute(store: Store, run_id: str, todo: Sequence[Case], opts: RunOptions, e
         for rec in executor.run(todo, opts):
             store.add_record(run_id, rec)
             parts.append((dict(rec.metrics), None if rec.group else rec.duration_s))   # a group's overlap
-            failed += rec.status == "error"
+            failed += rec.status in FAILED
             if on_record is not None:
                 on_record(rec)
         status = "done"

@@ -60,7 +60,7 @@ from rich.table import Table
 from scipy import stats as sps
 
 from harness.errors import BenchInputError
-from harness.records import LABEL_KEYS, STATUSES, CaseRecord, RunRecord
+from harness.records import FAILED, LABEL_KEYS, STATUSES, CaseRecord, RunRecord
 from harness.stats import compare as compare_samples
 from harness.stats import paired_ratio, round_summary
 from reports.compare import env_differences
@@ -501,7 +501,7 @@ class CheckRow:
         """One of :data:`VERDICTS` (the order of precedence is in the module docstring)."""
         if self.kind in ("missing", "new"):
             return self.kind
-        if self.status == "error" or (self.base_status == "ok" and self.status != "ok"):
+        if self.status in FAILED or (self.base_status == "ok" and self.status != "ok"):
             return "failed"
         if self.changed:
             return "changed"

@@ -59,6 +59,7 @@ ERROR_MARKS = {  # status -> (marker, colour, height in axes fraction)
     "oom": ("v", "#c0392b", 0.97),
     "timeout": ("s", "#d68910", 0.93),
     "error": ("X", "#7b241c", 0.89),
+    "crashed": ("P", "#512e5f", 0.87),
     "skipped": ("x", "#7f8c8d", 0.85),
 }
 """How a case that produced no number is drawn: a mark at its x, on the top edge of the axes."""

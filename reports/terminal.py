@@ -14,7 +14,7 @@ from reports.compare import Comparison
 from reports.findings import FIT_METRICS, Contrast, Findings, LineFinding, Ratio
 from reports.frames import rates, sdpa_backend
 
-STATUS_STYLE = {"ok": "green", "oom": "red", "timeout": "yellow", "error": "bold red", "skipped": "dim"}
+STATUS_STYLE = {"ok": "green", "oom": "red", "timeout": "yellow", "error": "bold red", "crashed": "bold magenta", "skipped": "dim"}
 VERDICT_STYLE = {"supported": "green", "partly supported": "yellow", "contradicted": "red", "inconclusive": "dim"}
 MiB = 1024 * 1024
 AXIS_SYMBOL = {"seq_len": "n", "img_size": "s", "batch_size": "b", "n_layers": "L", "n_heads": "h"}

@@ -80,7 +80,7 @@ def test_cpu_cpu_spreads_the_cases_over_two_workers(tmp_path):
     """Six cases (one kills its worker, as the OOM killer would) through `bench run --devices cpu,cpu` (in a
     subprocess: the faulty plug-in stays out of this one): every case is stored once under the key a plain run
     gives it (its --dry-run), built in one of two worker processes (both used), each worker on its share of the
-    cores; the killed case is `oom` and the sweep completes."""
+    cores; the killed case is `crashed` and the sweep completes."""
     lines = {f"w{i}": "ok" for i in range(5)} | {"killed": "sigkill"}
     body = "\n".join(f'{line} = {{ behavior = "{b}", pid_file = "{line}.pid" }}' for line, b in lines.items())
     suite = tmp_path / "spread.toml"
@@ -103,7 +103,7 @@ def test_cpu_cpu_spreads_the_cases_over_two_workers(tmp_path):
     recs = {r.line: r for r in store.records(store.get_run("latest").id)}
     assert set(recs) == set(lines)
     assert {r.case_key for r in recs.values()} == {line.split()[0] for line in dry.splitlines()[:-1]}
-    assert recs["killed"].status == "oom" and "SIGKILL" in recs["killed"].message
+    assert recs["killed"].status == "crashed" and "SIGKILL" in recs["killed"].message
     ok = [line for line in lines if line != "killed"]
     assert all(recs[line].ok and recs[line].workload["device"] == "cpu" for line in ok)
     pids = {int((tmp_path / f"{line}.pid").read_text().split()[0]) for line in ok}

@@ -106,10 +106,10 @@ def test_the_same_suite_through_ray_and_inline_gives_the_same_cases(cluster, tmp
 # -- failures --------------------------------------------------------------------------------------------------
 
 def test_crashes_are_recorded_as_locally_and_a_cuda_case_on_a_fake_gpu_is_skipped(cluster, tmp_path):
-    """A case that kills its measuring process (the OOM killer's SIGKILL) is ``oom`` exactly as with ``process``
+    """A case that kills its measuring process (SIGKILL, no OOM kill recorded) is ``crashed`` exactly as with ``process``
     (the Ray task measures through the same ProcessExecutor; its other deaths are tested in test_executor.py)."""
     recs = _run([_faulty("killed", "sigkill"), _faulty("after", "ok"), _faulty("gpu", device="cuda")], timeout_s=60)
-    assert recs["killed"].status == "oom" and "SIGKILL" in recs["killed"].message
+    assert recs["killed"].status == "crashed" and "SIGKILL" in recs["killed"].message
     assert recs["after"].status == "ok" and recs["after"].metrics["median_ms"] > 0
     assert recs["gpu"].status == "skipped" and recs["gpu"].message == NO_CUDA
 

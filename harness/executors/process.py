@@ -1,8 +1,8 @@
 """Cases in a spawned worker process, reused across cases (and their built models: harness.models.MODELS).
 
-A hang is killed at the per-case timeout (``timeout``), a worker that dies (the kernel's OOM
-killer sends SIGKILL; a segfault) is recorded against its case, and the sweep goes on in a new
-worker. A Python exception or a caught out-of-memory is the case's result and the worker stays;
+A hang is killed at the per-case timeout (``timeout``), a worker that dies (a signal, a segfault, an
+exit) is recorded against its case — ``oom`` only when the kernel recorded an out-of-memory kill meanwhile,
+else ``crashed`` (:mod:`harness.executors.deaths`) — and the sweep goes on in a new worker. A Python exception or a caught out-of-memory is the case's result and the worker stays;
 only an error that poisons its CUDA context (:func:`harness.executors.base.poisons_worker`)
 replaces it.
 """
@@ -18,6 +18,7 @@ from multiprocessing.connection import Connection
 
 from harness import registry
 from harness.executors.base import interleave_groups, poisons_worker
+from harness.executors.deaths import death_record, read_oom_kills
 from harness.runner import RunOptions, run_case, run_group
 from harness.records import CaseRecord
 from harness.spec import Case
@@ -136,6 +137,7 @@ class ProcessExecutor:
 
     def _one(self, case: Case, opts: RunOptions) -> CaseRecord:
         assert self.conn is not None and self.proc is not None
+        kills = read_oom_kills()
         self.conn.send((case, opts))
         if not self.conn.poll(opts.timeout_s):
             self._stop()
@@ -147,11 +149,7 @@ class ProcessExecutor:
             self.proc.join(5)
             code = self.proc.exitcode
             self._stop()
-            if code == -signal.SIGKILL:
-                return case.record("oom", "worker was killed (SIGKILL), most likely by the kernel's "
-                                          "out-of-memory killer")
-            how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-            return case.record("error", f"worker process died ({how})")
+            return death_record(case, code, kills, read_oom_kills())
 
     def close(self) -> None:
         if self.conn is not None and self.proc is not None and self.proc.is_alive():
