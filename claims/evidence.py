@@ -19,7 +19,7 @@ import torch
 
 from harness.env import fingerprint
 from harness.records import CaseRecord, RunRecord
-from harness.session import execute, open_run, run_options
+from harness.run import Run, run_options
 from harness.store import Store
 from harness.suite import load_suite
 
@@ -86,12 +86,10 @@ class Context:
         if run is None:
             cases = list(suite.cases)
             log.info("claims: measuring suite %s%s (%d cases)", name, f" with {sets}" if sets else "", len(cases))
-            opened = open_run(self.store, suite, cases, resume=False, quick=self.quick, timeout=None,
-                              calibrate=self.calibrate,
-                              extra_options={"sets": sets, "by": "bench claims", "interleave": True})
-            execute(self.store, opened.run_id, opened.todo, run_options(self.quick, interleave=True), self.executor,
-                    self.on_record)
-            run = self.store.get_run(opened.run_id)
+            with Run.open_suite(self.store, suite, cases, quick=self.quick, calibrate=self.calibrate,
+                                options={"sets": sets, "by": "bench claims", "interleave": True}) as opened:
+                opened.execute(self.executor, run_options(self.quick, interleave=True), on_record=self.on_record)
+            run = opened.record()
         else:
             log.info("claims: reusing run %s of %s", run.id, name)
         result = (run, self.store.records(run.id))

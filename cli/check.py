@@ -9,11 +9,11 @@ from pathlib import Path
 import click
 
 from cli.common import debug_option, err, load_plugins, out, plugin_option, show_logs, store_option
-from harness import session
 from harness.ab import interleave_versions, worktree
 from harness.env import fingerprint
 from harness.errors import BenchInputError
 from harness.executors import EXECUTORS, make_executor
+from harness.run import Run, run_options
 from harness.records import FAILED, CaseRecord, RunRecord
 from harness.runner import RunOptions
 from harness.spec import Case
@@ -26,14 +26,11 @@ from reports.check import (CheckReport, baseline_document, busy_note, check_run,
 def _measure(store: Store, suite: Suite, cases: list[Case], opts: RunOptions, executor: str, quick: bool,
              by: str) -> tuple[RunRecord, list[CaseRecord]]:
     """Measure ``cases`` as a new run of ``suite`` in ``store`` (no calibration: the gate compares runs)."""
-    opened = session.open_run(store, suite, cases, resume=False, quick=quick, timeout=None, calibrate=False,
-                              extra_options={"by": by})
-    session.execute(store, opened.run_id, opened.todo, opts, executor,
-                    lambda r: err.print(f"  {r.line} {r.arch} → {r.status}"
-                                        + (f" {r.metric('median_ms'):.3g} ms" if r.metric("median_ms") else ""),
-                                        highlight=False))
-    run = store.get_run(opened.run_id)
-    return run, store.records(run.id)
+    with Run.open_suite(store, suite, cases, quick=quick, options={"by": by}) as run:
+        run.execute(executor, opts, on_record=lambda r: err.print(
+            f"  {r.line} {r.arch} → {r.status}" + (f" {r.metric('median_ms'):.3g} ms" if r.metric("median_ms") else ""),
+            highlight=False))
+    return run.record(), run.records()
 
 
 def _write(path: str, text: str, where: str) -> None:
@@ -61,7 +58,7 @@ def baseline_cmd(suite_ref: str, output: str, quick: bool, sets: tuple[str, ...]
     if Path(output).is_dir():
         raise BenchInputError(f"{output} is a directory", where="--output")
     show_logs()
-    opts = session.run_options(quick, debug=debug, plugins=plugin_files)
+    opts = run_options(quick, debug=debug, plugins=plugin_files)
     run, records = _measure(Store(store_url), suite, list(suite.cases), opts, executor, quick, "bench baseline")
     write_baseline(output, run, records)
     bad = [r for r in records if not r.ok]
@@ -112,7 +109,7 @@ def check_cmd(suite_ref: str, baseline_path: str | None, ref: str | None, quick:
     cases = list(suite.cases)
     show_logs()
     store = Store(store_url)
-    opts = session.run_options(quick, debug=debug, plugins=plugin_files)
+    opts = run_options(quick, debug=debug, plugins=plugin_files)
     if ref is None:
         baseline = load_baseline(baseline_path)
         if baseline.suite != suite.name:
@@ -140,20 +137,22 @@ def _check_against(store: Store, suite: Suite, cases: list[Case], opts: RunOptio
     with worktree(ref) as tree:
         err.print(f"measuring {len(cases)} cases with {ref} (baseline) and this checkout (candidate), "
                   "alternating round by round")
-        pairs = interleave_versions(cases, opts, tree, on_pair=lambda b, c: err.print(
-            f"  {c.line} {c.arch}: {b.status}/{c.status}", highlight=False))
-        runs = {}
+        sides = []
         for side, label in ((0, f"{suite.name}@{ref}"), (1, suite.name)):
             env = fingerprint(threads=max(c.workload.threads or 0 for c in cases) or None)
             if side == 0:
                 env["soft"] = {**env["soft"], "commit": ref, "dirty": False}
-            run_id = store.create_run(label, suite.path, quick, len(cases), env,
-                                      {"by": "bench check --against", "ref": ref}, suite_text=suite.text,
-                                      spec=suite.spec)
-            for pair in pairs:
-                store.add_record(run_id, pair[side])
-            store.finish_run(run_id)
-            runs[side] = store.get_run(run_id)
+            sides.append(Run.open(store, label, cases, quick=quick, env=env,
+                                  options={"by": "bench check --against", "ref": ref}, suite_path=suite.path,
+                                  suite_text=suite.text, spec=suite.spec))
+
+        def on_pair(b: CaseRecord, c: CaseRecord) -> None:      # both versions' records stored as each pair ends
+            sides[0].add(b)
+            sides[1].add(c)
+            err.print(f"  {c.line} {c.arch}: {b.status}/{c.status}", highlight=False)
+        with sides[0], sides[1]:
+            pairs = interleave_versions(cases, opts, tree, on_pair=on_pair)
+        runs = {0: sides[0].record(), 1: sides[1].record()}
         base_records, cand_records = [p[0] for p in pairs], [p[1] for p in pairs]
         for b in base_records:
             if b.status in FAILED:

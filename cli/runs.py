@@ -10,13 +10,14 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from cli.common import debug_option, err, load_plugins, out, plugin_option, show_logs, store_option
-from harness import registry, session
+from harness import registry
 from harness.errors import BenchInputError
-from harness.executors import EXECUTORS, make_executor
+from harness.executors import EXECUTORS
 from harness.executors.devices import check_devices, device_type, parse_devices
 from harness.executors.ray_executor import RAY_MISSING, ray_available
 from harness.overhead import RunOverhead, summary_line
 from harness.records import CaseRecord, RunRecord
+from harness.run import Run, run_options
 from harness.store import Store
 from harness.suite import case_from_record, list_suites, load_suite, parse_set
 from reports.compare import compare_runs, env_differences, interleaved_rows, pair_records
@@ -107,27 +108,27 @@ def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | No
     store = Store(store_url)
     if resume:
         check_resume_timing(store.resumable(suite.name, quick), flush_l2)
-    opened = session.open_run(store, suite, cases, resume=resume, quick=quick, timeout=timeout,
-                              calibrate=not no_calibrate, extra_options={"flush_l2": True} if flush_l2 else None)
-    opts = session.run_options(quick, timeout, debug=debug, plugins=plugin_files, interleave=interleave)
+    run = Run.open_suite(store, suite, cases, resume=resume, quick=quick, calibrate=not no_calibrate,
+                         options={"timeout": timeout, **({"flush_l2": True} if flush_l2 else {})})
+    opts = run_options(quick, timeout, debug=debug, plugins=plugin_files, interleave=interleave)
     if flush_l2:
         opts = dataclasses.replace(opts, timing=dataclasses.replace(opts.timing, flush_l2=True))
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.fields[last]}"))
     try:
-        with Progress(*columns, console=err, transient=False) as progress:
-            task = progress.add_task(opened.run_id, total=len(cases), completed=opened.already_stored, last="")
+        with run, Progress(*columns, console=err, transient=False) as progress:
+            task = progress.add_task(run.id, total=len(cases), completed=run.already_stored, last="")
 
             def on_record(rec: CaseRecord) -> None:
                 median = rec.metric("median_ms")
                 last = f"{rec.line} {rec.arch} → {rec.status}" + (f" {median:.2f} ms" if median else "")
                 progress.update(task, advance=1, last=last)
-            failed = session.execute(store, opened.run_id, opened.todo, opts, executor_name, on_record)
+            failed = run.execute(executor_name, opts, on_record=on_record)
     except KeyboardInterrupt:
-        err.print(f"interrupted: finished cases are stored; `bench run ... --resume` completes run {opened.run_id}")
+        err.print(f"interrupted: finished cases are stored; `bench run ... --resume` completes run {run.id}")
         sys.exit(130)
-    run = store.get_run(opened.run_id)
-    records = store.records(run.id)
+    records = run.records()
+    run = run.record()
     findings = run_findings(run, records)
     for line in headline_lines(findings):
         out.print(line, highlight=False, soft_wrap=True)
@@ -279,12 +280,12 @@ def _compare_interleaved(store: Store, a: RunRecord, b: RunRecord, quick: bool, 
         cases.append(dataclasses.replace(case_from_record(rb, metrics_b), line=f"B {rb.line}", point=i))
     show_logs()
     err.print(f"measuring {len(pairs)} pairs side by side ({len(cases)} cases)")
-    opts = session.run_options(quick, interleave=True, plugins=plugin_files)
-    ex = make_executor("process")
-    try:
-        recs = list(ex.run(cases, opts))
-    finally:
-        ex.close()
+    opts = run_options(quick, interleave=True, plugins=plugin_files)
+    name = f"compare {a.suite} {a.id} vs {b.id}"
+    with Run.open(Store(store.url), name, cases, quick=quick, options={"by": "bench compare --interleave", "a": a.id,
+                                                             "b": b.id, "interleave": True}) as run:
+        run.execute("process", opts)
+    recs = run.records()
     rows = interleaved_rows(pairs, recs)
     out.print(interleaved_table(rows, a.id, b.id))
     n = {v: sum(r["verdict"] == v for r in rows) for v in ("faster", "slower", "same", "failed")}

@@ -22,6 +22,7 @@ import pytest
 if TYPE_CHECKING:
     from harness.executors.base import Executor
     from harness.records import CaseRecord
+    from harness.run import Run
     from harness.runner import RunOptions
     from harness.spec import Case
     from harness.store import Store
@@ -57,10 +58,10 @@ class BenchSession:
         self.results: list[tuple[str, CaseRecord]] = []
         self.run_id: str | None = None
         self._store: Store | None = None
+        self._run: Run | None = None
         self._executor: Executor | None = None
         self._options: RunOptions | None = None
         self._keys: set[str] = set()
-        self._stored = 0
 
     # -- measuring ---------------------------------------------------------------------------------------
     def make_case(self, nodeid: str, arch: str, metrics: Sequence[str], params: dict[str, Any]) -> Case:
@@ -84,16 +85,18 @@ class BenchSession:
     def measure(self, case: Case) -> CaseRecord:
         if self._executor is None:
             from harness.executors import make_executor
-            from harness.session import run_options
+            from harness.run import run_options
             self._options = run_options(self.quick, self.timeout)
             self._executor = make_executor(self.executor_name)
         assert self._options is not None
-        (rec,) = self._executor.run([case], self._options)
-        if self._store is not None and self.run_id is not None:
-            self._store.add_record(self.run_id, rec)
-            self._stored += 1
-            self._store.reopen_run(self.run_id, self._stored)      # n_cases: the cases stored so far (still running)
-            rec = dataclasses.replace(rec, run_id=self.run_id)
+        if self._run is not None:
+            got: list[CaseRecord] = []
+            self._run.execute(self._executor, self._options, cases=[case], on_record=got.append)
+            (rec,) = got
+            self._store.reopen_run(self._run.id, self._run.stored)   # n_cases: the cases stored so far (running)
+            rec = dataclasses.replace(rec, run_id=self._run.id)
+        else:
+            (rec,) = self._executor.run([case], self._options)
         self.results.append((case.line, rec))
         return rec
 
@@ -103,20 +106,22 @@ class BenchSession:
         if self.url is None or self._store is not None:
             return
         from harness.env import fingerprint, usable_cores
+        from harness.run import Run
         from harness.store import Store
         store = Store(self.url)
-        options = {"quick": self.quick, "timeout": self.timeout, "executor": self.executor_name,
+        options = {"timeout": self.timeout, "executor": self.executor_name,
                    "argv": list(self.config.invocation_params.args), "runner": "pytest"}
-        self.run_id = store.create_run(SUITE, str(self.config.rootpath), self.quick, 0,
-                                       fingerprint(threads=case.workload.threads or usable_cores()), options)
+        self._run = Run.open(store, SUITE, (), quick=self.quick, options=options, suite_path=str(self.config.rootpath),
+                             env=fingerprint(threads=case.workload.threads or usable_cores()))
+        self.run_id = self._run.id
         self._store = store
 
     def finish(self, interrupted: bool) -> None:
         if self._executor is not None:
             self._executor.close()
             self._executor = None
-        if self._store is not None and self.run_id is not None:
-            self._store.finish_run(self.run_id, "interrupted" if interrupted else "done")
+        if self._run is not None and self._store is not None:
+            self._run.finish("interrupted" if interrupted else "done")
             self._store.engine.dispose()
 
 

@@ -35,7 +35,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -143,30 +143,53 @@ class RunBusyError(BenchInputError):
     """Another live driver holds the run's lease (a second concurrent ``--resume``): refused, exit 2."""
 
 
+class StoreWriteError(BenchInputError):
+    """The store refused a write for good (after the retries): a server gone, a full disk, a read-only or corrupt
+    file. One line naming the store and the cause (exit 2); :class:`harness.run.Run` keeps the cases locally."""
+
+
+CONNECTION_LOST = ("server closed the connection", "connection refused", "could not connect", "connection timed out",
+                   "terminating connection", "the database system is shutting down",
+                   "the database system is starting up", "the database system is in recovery mode",
+                   "consuming input failed", "connection is lost", "connection already closed",
+                   "no connection to the server", "ssl syscall error", "connection reset")
+"""Words of a driver error that mean the connection to the database server was lost or refused (a restart)."""
+
+
 def transient(exc: BaseException) -> bool:
     """Whether a database error is worth retrying: SQLite's ``database is locked``/busy, PostgreSQL's
     serialization failure (40001), deadlock (40P01) or lock not available (55P03)."""
     if not isinstance(exc, DBAPIError) or isinstance(exc, IntegrityError):
         return False
-    if getattr(exc.orig, "sqlstate", None) in ("40001", "40P01", "55P03"):
+    state = getattr(exc.orig, "sqlstate", None) or ""
+    if state in ("40001", "40P01", "55P03", "57P01", "57P02", "57P03") or state.startswith("08"):
+        return True                     # ... and 57P0x / class 08: the server shut down, restarting, or unreachable
+    if exc.connection_invalidated:
         return True
     msg = str(exc.orig).lower()
     return isinstance(exc, OperationalError) and ("database is locked" in msg or "database table is locked" in msg
-                                                  or "database is busy" in msg)
+                                                  or "database is busy" in msg
+                                                  or any(words in msg for words in CONNECTION_LOST))
 
 
 def retrying(fn: Callable[..., T]) -> Callable[..., T]:
     """``fn`` (one whole transaction) again, with jittered exponential backoff, while it fails transiently
-    (:func:`transient`), for up to :data:`RETRY_FOR_S`; any other error, or the last one, propagates."""
+    (:func:`transient`: a lock, a serialization failure, a server restarting), for up to :data:`RETRY_FOR_S`. An
+    IntegrityError propagates (callers use it); any other database error, or the last transient one, becomes
+    :class:`StoreWriteError` naming the store (``args[0].url``) and the cause."""
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> T:
         deadline, delay = time.monotonic() + RETRY_FOR_S, 0.02
         while True:
             try:
                 return fn(*args, **kwargs)
+            except IntegrityError:
+                raise
             except DBAPIError as exc:
                 if not transient(exc) or time.monotonic() + delay > deadline:
-                    raise
+                    url = getattr(args[0], "url", "?") if args else "?"
+                    cause = (str(exc.orig).strip().splitlines() or [type(exc.orig).__name__])[0]
+                    raise StoreWriteError(f"cannot write to results store {url}: {cause}", where="--store") from None
                 log.debug("%s: %s; retrying in %.2f s", fn.__name__, exc.orig, delay)
                 time.sleep(delay * (0.5 + random.random()))
                 delay = min(2 * delay, 1.0)
@@ -301,8 +324,8 @@ class Store:
                 uri = f"{db.resolve().as_uri()}?immutable=1"
                 self.engine = sa.create_engine("sqlite://", creator=lambda: sqlite3.connect(
                     uri, uri=True, check_same_thread=False))
-            else:
-                self.engine = sa.create_engine(self.url)
+            else:       # pre-ping: a pooled connection that a server restart closed is replaced, not used
+                self.engine = sa.create_engine(self.url, pool_pre_ping=not self.url.startswith("sqlite"))
             if self.engine.dialect.name == "sqlite":
                 _sqlite_connections(self.engine, wal=create and is_file)
             self._writer = self.engine.execution_options(bench_write=True)
@@ -319,6 +342,8 @@ class Store:
                 self._check_not_newer(self.version)
         except (DatabaseError, OperationalError) as exc:
             raise BenchInputError(f"cannot open results store {self.url}: {exc.orig}", where="--store") from None
+        except StoreWriteError as exc:
+            raise BenchInputError(str(exc).replace("cannot write to", "cannot open"), where="--store") from None
         except ImportError as exc:
             raise BenchInputError(f"no driver for {self.url}: {exc}", where="--store") from None
         except ArgumentError as exc:     # NoSuchModuleError: an unknown dialect or driver name
@@ -361,11 +386,12 @@ class Store:
     # -- writing ---------------------------------------------------------------------------
     def create_run(self, suite: str, suite_path: str, quick: bool, n_cases: int, env: dict[str, Any],
                    options: dict[str, Any], suite_text: str | None = None, spec: SuiteSpec | None = None,
-                   *, lease: bool = False) -> str:
+                   *, lease: bool = False, run_id: str | None = None) -> str:
         """A new run (status ``running``); its id. ``lease``: this handle also becomes its one driver, in the
-        same transaction (release it with :meth:`release_run`). An id that is taken is drawn again."""
-        for _ in range(10):
-            run_id = new_run_id()
+        same transaction (release it with :meth:`release_run`). An id that is taken is drawn again, unless it was
+        given (``run_id``: the same run in another store, e.g. a fallback file)."""
+        for _ in range(10 if run_id is None else 1):
+            run_id = run_id or new_run_id()
             row = _my_lease_row(run_id) if lease else None
             try:
                 self._insert_run(dict(
@@ -374,6 +400,7 @@ class Store:
                     suite_spec=spec.to_dict() if spec is not None else None), row)
             except IntegrityError:
                 log.debug("run id %s is taken; drawing another", run_id)
+                run_id = None
                 continue
             if row is not None:
                 self._hold(run_id, row["owner"])
@@ -427,6 +454,23 @@ class Store:
                        result: dict[str, Any]) -> None:
         self._insert(experiments, dict(name=name, quick=quick, seeds=seeds, env=env, result=result,
                                        finished_at=_now()))
+
+    def merge_from(self, src: Store) -> tuple[int, int]:
+        """Add ``src``'s runs and cases that this store lacks (a fallback file kept while this store was down):
+        a run is matched by id, a case by (run, case key), so merging twice adds nothing. (runs added, cases added)"""
+        have = {r.id for r in self.list_runs()}
+        runs_added = cases_added = 0
+        for run in reversed(src.list_runs()):                     # oldest first
+            if run.id not in have:
+                self._insert_run(dict(id=run.id, suite=run.suite, suite_path=run.suite_path, quick=run.quick,
+                                      status=run.status, n_cases=run.n_cases, started_at=run.started_at,
+                                      finished_at=run.finished_at or None, env=run.env, options=run.options,
+                                      suite_text=run.suite_text,
+                                      suite_spec=run.spec.to_dict() if run.spec is not None else None), None)
+                runs_added += 1
+            for rec in src.records(run.id):
+                cases_added += self.add_record(run.id, rec)
+        return runs_added, cases_added
 
     # -- leases: one driver per run ------------------------------------------------------------
     def claim_run(self, run_id: str) -> None:
@@ -595,6 +639,3 @@ def _run(row: dict[str, Any]) -> RunRecord:
                      finished_at=row.get("finished_at") or "", stored=int(row.get("stored") or 0),
                      suite_text=row.get("suite_text"), spec=SuiteSpec.from_dict(spec) if spec is not None else None)
 
-
-def with_run_id(rec: CaseRecord, run_id: str) -> CaseRecord:
-    return replace(rec, run_id=run_id)

@@ -87,7 +87,7 @@ def test_runs_without_a_peak_lack_peak_share(runs):
 
 
 def test_max_peak_keeps_the_higher_rate_per_device_and_dtype() -> None:
-    from harness.session import max_peak
+    from harness.run import max_peak
     start = {"cpu": {"matmul_flops_per_s": {"fp32": 50e9, "bf16": 10e9}, "copy_bytes_per_s": 9e9}}
     end = {"cpu": {"matmul_flops_per_s": {"fp32": 70e9}, "copy_bytes_per_s": 8e9},
            "cuda:0": {"matmul_flops_per_s": {"bf16": 700e12}, "copy_bytes_per_s": 3e12}}

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from harness import runner, session
+from harness import run as session, runner
 from harness.executors import ProcessExecutor
 from harness.executors.base import poisons_worker
 from harness.overhead import (CASE_PARTS, MEASURED, RunOverhead, metric_name, run_overhead, summary_line,
