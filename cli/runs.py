@@ -293,4 +293,17 @@ def _compare_interleaved(store: Store, a: RunRecord, b: RunRecord, quick: bool, 
               + (f", {n['failed']} failed" if n["failed"] else ""))
 
 
-COMMANDS = (list_cmd, run_cmd, runs_cmd, show_cmd, export_cmd, compare_cmd)
+@click.command("merge")
+@click.argument("sources", nargs=-1, required=True, metavar="FILE.sqlite...")
+@store_option
+def merge_cmd(sources: tuple[str, ...], store_url: str | None) -> None:
+    """Add the runs and cases of other stores (e.g. the local file a run kept while its store was down) to this
+    store: runs matched by id and cases by key, so merging twice adds nothing."""
+    target = Store(store_url)
+    for src in sources:
+        url = src if "://" in src else f"sqlite:///{src}"
+        runs_added, cases_added = target.merge_from(Store(url, create=False))
+        out.print(f"{src}: {runs_added} runs and {cases_added} cases added to {target.url}", highlight=False)
+
+
+COMMANDS = (list_cmd, run_cmd, runs_cmd, show_cmd, export_cmd, compare_cmd, merge_cmd)

@@ -211,7 +211,7 @@ class Run:
                 self.stored += 1
                 return rec
             except StoreWriteError as exc:
-                self._lost = str(exc)
+                self._lost = exc.cause
         self._keep_locally(rec)
         raise self._lost_error()
 
@@ -240,7 +240,7 @@ class Run:
             overhead = self._store_overhead()
             self.store.finish_run(self.id, status)
         except StoreWriteError as exc:
-            self._lost = str(exc)
+            self._lost = exc.cause
             raise self._lost_error() from None
         finally:
             self.store.release_run(self.id)        # also after an error: the run stays resumable, by anyone

@@ -52,8 +52,9 @@ log = logging.getLogger("bench")
 DEFAULT_DB = Path("results") / "bench.sqlite"
 BUSY_TIMEOUT_MS = 30_000
 """How long a SQLite connection waits for another writer's lock before ``database is locked``."""
-RETRY_FOR_S = 60.0
-"""How long a write keeps retrying a transient failure (locked, serialization failure, deadlock)."""
+RETRY_FOR_S = float(os.environ.get("BENCH_STORE_RETRY_S", "60"))
+"""How long a write keeps retrying a transient failure (locked, serialization failure, deadlock, a database server
+restarting); environment variable ``BENCH_STORE_RETRY_S``."""
 LEASE_HEARTBEAT_S = 15.0
 """How often a driver renews the leases it holds."""
 LEASE_TTL_S = 120.0
@@ -147,6 +148,10 @@ class StoreWriteError(BenchInputError):
     """The store refused a write for good (after the retries): a server gone, a full disk, a read-only or corrupt
     file. One line naming the store and the cause (exit 2); :class:`harness.run.Run` keeps the cases locally."""
 
+    def __init__(self, message: str) -> None:
+        self.cause = message
+        super().__init__(message, where="--store")
+
 
 CONNECTION_LOST = ("server closed the connection", "connection refused", "could not connect", "connection timed out",
                    "terminating connection", "the database system is shutting down",
@@ -189,7 +194,7 @@ def retrying(fn: Callable[..., T]) -> Callable[..., T]:
                 if not transient(exc) or time.monotonic() + delay > deadline:
                     url = getattr(args[0], "url", "?") if args else "?"
                     cause = (str(exc.orig).strip().splitlines() or [type(exc.orig).__name__])[0]
-                    raise StoreWriteError(f"cannot write to results store {url}: {cause}", where="--store") from None
+                    raise StoreWriteError(f"cannot write to results store {url}: {cause}") from None
                 log.debug("%s: %s; retrying in %.2f s", fn.__name__, exc.orig, delay)
                 time.sleep(delay * (0.5 + random.random()))
                 delay = min(2 * delay, 1.0)
@@ -257,6 +262,22 @@ def _my_lease_row(run_id: str) -> dict[str, Any]:
             "pid_started": started, "acquired_at": _now(), "heartbeat": time.time()}
 
 
+def _unwritable(db: Path) -> str:
+    """Why a SQLite store file cannot be written here ("" if it can): its file system is read-only, the file is
+    read-only, or its folder is (SQLite keeps its journal and shared memory beside the file)."""
+    folder = db.parent
+    try:
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            return f"its file system ({folder}) is mounted read-only"
+    except OSError:
+        pass
+    if db.exists() and not os.access(db, os.W_OK):
+        return "the file is read-only"
+    if not os.access(folder, os.W_OK):
+        return f"its folder {folder} is read-only (SQLite writes its journal beside the file)"
+    return ""
+
+
 def _read_version(conn: sa.Connection, tables: set[str]) -> int:
     if "bench_meta" not in tables:
         return 1                                       # the first release had no version table
@@ -318,6 +339,9 @@ class Store:
                     db.parent.mkdir(parents=True, exist_ok=True)
                 except OSError as exc:
                     raise BenchInputError(f"cannot create {db.parent}: {exc.strerror}", where="--store") from None
+                problem = _unwritable(db)
+                if problem:
+                    raise BenchInputError(f"cannot write to results store {self.url}: {problem}", where="--store")
         try:
             if is_file and not create and not (os.access(db, os.W_OK) and os.access(db.parent, os.W_OK)):
                 # a read-only copy: SQLite could not create the shared-memory file a WAL store's readers need
@@ -343,7 +367,7 @@ class Store:
         except (DatabaseError, OperationalError) as exc:
             raise BenchInputError(f"cannot open results store {self.url}: {exc.orig}", where="--store") from None
         except StoreWriteError as exc:
-            raise BenchInputError(str(exc).replace("cannot write to", "cannot open"), where="--store") from None
+            raise BenchInputError(exc.cause.replace("cannot write to", "cannot open"), where="--store") from None
         except ImportError as exc:
             raise BenchInputError(f"no driver for {self.url}: {exc}", where="--store") from None
         except ArgumentError as exc:     # NoSuchModuleError: an unknown dialect or driver name

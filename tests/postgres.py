@@ -82,6 +82,7 @@ class PostgresServer:
     root: Path
     port: int
     user: str | None          # the OS user the server runs as (None: this process's user)
+    options: str = ""         # the postgres options it was started with (port, socket folder, ...)
 
     def url(self, database: str = "postgres") -> str:
         return f"postgresql+psycopg://{ROLE}@127.0.0.1:{self.port}/{database}"
@@ -109,6 +110,7 @@ class PostgresServer:
             self.port = _free_port()
             options = (f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
                        "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300")
+            self.options = options
             run = subprocess.run(self._as_user(str(self.bindir / "pg_ctl"), "-D", str(data), "-l",
                                                str(self.root / "server.log"), "-o", options, "-w", "-t", "60",
                                                "start"), cwd=self.root, capture_output=True, text=True)
@@ -116,6 +118,16 @@ class PostgresServer:
                 return
             last = (self.root / "server.log").read_text()[-2000:] if (self.root / "server.log").exists() else ""
         raise RuntimeError(f"pg_ctl start failed: {run.stderr.strip()} {last}")
+
+    def pg_ctl(self, *args: str) -> None:
+        """``pg_ctl -D DATA ARGS`` as the server's user (e.g. ``"restart", "-m", "fast"``, ``"stop", "-m", "fast"``);
+        RuntimeError if it fails."""
+        run = subprocess.run(self._as_user(str(self.bindir / "pg_ctl"), "-D", str(self.root / "data"), "-l",
+                                           str(self.root / "server.log"), "-w", "-t", "60", *args,
+                                           *(("-o", self.options) if args[:1] == ("start",) else ())),
+                             cwd=self.root, capture_output=True, text=True)
+        if run.returncode != 0:
+            raise RuntimeError(f"pg_ctl {' '.join(args)} failed: {run.stderr.strip()}")
 
     def stop(self) -> None:
         if not self.root.exists():
@@ -136,6 +148,13 @@ def server() -> PostgresServer:
         return _server
     if _failed is not None:
         _unavailable(_failed)
+    _server = new_server()
+    return _server
+
+
+def new_server() -> PostgresServer:
+    """A server of its own (a test that restarts or stops it must not disturb the session's); stopped at exit."""
+    global _failed
     folder = bindir()
     if folder is None:
         _failed = "no PostgreSQL binaries (Debian: apt-get install postgresql)"
@@ -155,8 +174,7 @@ def server() -> PostgresServer:
         _failed = f"could not start PostgreSQL: {exc}"
         _unavailable(_failed)
     atexit.register(candidate.stop)
-    _server = candidate
-    return _server
+    return candidate
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,230 @@
+"""Faults that hit the store under a run (harness.run.Run), each a real fault: a PostgreSQL server restarted in the
+middle of a run (ridden out), the server gone for good (one line, exit 2, the cases kept in a local SQLite file that
+`bench merge` adds back and `--resume` completes), a full disk, a read-only file and a corrupt file (one line naming
+the store and the cause, exit 2, no traceback, the existing store never truncated). SIGKILL and SIGTERM of the
+driver are tests/test_resume.py's and tests/test_cli.py's; a killed worker is tests/test_executor.py's."""
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from harness.store import Store
+from tests.postgres import new_server
+
+ROOT = Path(__file__).resolve().parent.parent
+PLUGIN = str(Path(__file__).with_name("plugin_faulty.py"))
+BENCH = [sys.executable, "-m", "cli"]
+WIDTHS = [8, 12, 16, 24, 32, 40, 48, 56, 64, 72]
+
+
+def _suite(folder: Path, name: str = "faults") -> Path:
+    path = folder / f"{name}.toml"
+    path.write_text(f'name = "{name}"\nmetrics = ["latency"]\nfixed = {{ arch = "faulty", batch_size = 4 }}\n'
+                    f"sweep = {{ width = {WIDTHS} }}\n")
+    return path
+
+
+def _args(suite: Path, url: str, *more: str) -> list[str]:
+    return [*BENCH, "run", str(suite), "--quick", "--plugin", PLUGIN, "--store", url, "--no-calibrate", "--no-report",
+            *more]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), **extra}
+
+
+def _pg_count(url: str, sql: str = "SELECT count(*) FROM cases") -> int:
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return int(conn.execute(sa.text(sql)).scalar() or 0)
+    except sa.exc.DBAPIError:
+        return 0
+    finally:
+        engine.dispose()
+
+
+def _wait_for(pred, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting")
+        time.sleep(0.1)
+
+
+def _one_error_line(stderr: str) -> str:
+    lines = [line for line in stderr.strip().splitlines() if line.startswith("bench: ")]
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    return lines[0]
+
+
+@pytest.fixture
+def pg():
+    server = new_server()
+    yield server
+    server.stop()
+
+
+def test_a_postgresql_restart_mid_run_is_ridden_out(pg, tmp_path):
+    url = pg.create_database()
+    proc = subprocess.Popen(_args(_suite(tmp_path), url), cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: _pg_count(url) >= 2 or proc.poll() is not None)
+        assert proc.poll() is None, "the run ended before the server could be restarted"
+        pg.pg_ctl("restart", "-m", "fast")                 # every connection of the run is cut
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert _pg_count(url) == len(WIDTHS)
+    assert _pg_count(url, "SELECT count(DISTINCT case_key) FROM cases") == len(WIDTHS)
+    assert _pg_count(url, "SELECT count(*) FROM runs WHERE status = 'done'") == 1
+
+
+def test_a_postgresql_server_gone_for_good_keeps_the_cases_locally(pg, tmp_path):
+    url = pg.create_database()
+    suite = _suite(tmp_path)
+    proc = subprocess.Popen(_args(suite, url), cwd=tmp_path, env=_env(BENCH_STORE_RETRY_S="3"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: _pg_count(url) >= 2 or proc.poll() is not None)
+        assert proc.poll() is None, "the run ended before the server could be stopped"
+        before = _pg_count(url)
+        pg.pg_ctl("stop", "-m", "immediate")
+        _, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 2, err
+    line = _one_error_line(err)
+    assert url.split("@")[0] in line and "stopped taking writes" in line and "bench merge" in line
+    kept = next(tmp_path.glob("results/unsaved-*.sqlite"))
+    assert str(kept.resolve()) in line
+    local = Store(f"sqlite:///{kept}", create=False)
+    (run,) = local.list_runs()
+    assert len(local.records(run.id)) >= 1
+    pg.pg_ctl("start")
+    merged = subprocess.run([*BENCH, "merge", str(kept), "--store", url], cwd=tmp_path, env=_env(),
+                            capture_output=True, text=True, timeout=120)
+    assert merged.returncode == 0, merged.stderr
+    added = int(merged.stdout.split(" runs and ")[1].split()[0])
+    assert added == len(local.records(run.id)), merged.stdout            # the kept cases, none already there
+    n = _pg_count(url)
+    assert n >= before - 1 + added     # (the test server runs without fsync: its last commit may die with it)
+    again = subprocess.run([*BENCH, "merge", str(kept), "--store", url], cwd=tmp_path, env=_env(),
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and _pg_count(url) == n            # merging twice adds nothing
+    done = subprocess.run(_args(suite, url, "--resume"), cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert _pg_count(url) == len(WIDTHS)
+    assert _pg_count(url, "SELECT count(DISTINCT case_key) FROM cases") == len(WIDTHS)
+    assert _pg_count(url, "SELECT count(*) FROM runs") == 1
+
+
+def _checkpoint(db: Path) -> None:
+    """Fold a WAL store's log into its file and close it (nothing left open on the file system)."""
+    conn = sqlite3.connect(db)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+
+
+def _mount_tmpfs(where: Path, size: str) -> bool:
+    where.mkdir()
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                          capture_output=True).returncode == 0
+
+
+def test_a_full_disk_is_one_line_and_the_store_is_not_truncated(tmp_path):
+    disk = tmp_path / "disk"
+    if os.geteuid() != 0 or not _mount_tmpfs(disk, "1m"):
+        pytest.skip("needs root to mount a small tmpfs (a full disk)")
+    try:
+        db = disk / "full.sqlite"
+        url = f"sqlite:///{db}"
+        first = subprocess.run(_args(_suite(tmp_path, "first"), url), cwd=tmp_path, env=_env(), capture_output=True,
+                               text=True, timeout=300)
+        assert first.returncode == 0, first.stderr
+        _checkpoint(db)
+        stored = Store(url, create=False)
+        n_first = len(stored.records(stored.get_run("latest").id))
+        stored.engine.dispose()
+        size = db.stat().st_size
+        free = shutil.disk_usage(disk).free
+        (disk / "filler").write_bytes(b"\0" * max(0, free - 40 * 1024))    # ~40 KB left: room for a case or two
+        res = subprocess.run(_args(_suite(tmp_path), url), cwd=tmp_path, env=_env(BENCH_STORE_RETRY_S="1"),
+                             capture_output=True, text=True, timeout=300)
+        assert res.returncode == 2, res.stderr
+        line = _one_error_line(res.stderr)
+        assert str(db) in line and "full" in line
+        assert db.stat().st_size >= size
+        (disk / "filler").unlink()
+        after = Store(url, create=False)
+        runs = {r.suite: r for r in after.list_runs()}
+        assert len(after.records(runs["first"].id)) == n_first              # the earlier run intact
+        kept = list(tmp_path.glob("results/unsaved-*.sqlite"))
+        if "stopped taking writes" in line:                                 # failed mid-run: the rest kept locally
+            assert kept and str(kept[0].resolve()) in line
+        after.engine.dispose()
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def test_a_read_only_store_is_one_line_and_left_as_it_was(tmp_path):
+    """Root writes any file whatever its mode: as root the store lives on a tmpfs remounted read-only; otherwise
+    the file and its folder are made read-only."""
+    disk = tmp_path / "ro"
+    mounted = os.geteuid() == 0 and _mount_tmpfs(disk, "4m")
+    if not mounted:
+        if os.geteuid() == 0:
+            pytest.skip("as root, a read-only store needs a tmpfs remounted read-only (mount refused here)")
+        disk.mkdir(exist_ok=True)
+    try:
+        db = disk / "ro.sqlite"
+        url = f"sqlite:///{db}"
+        suite = _suite(tmp_path)
+        first = subprocess.run(_args(suite, url), cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                               timeout=300)
+        assert first.returncode == 0, first.stderr
+        _checkpoint(db)
+        if mounted:
+            assert subprocess.run(["mount", "-o", "remount,ro", str(disk)], capture_output=True).returncode == 0
+        else:
+            for p in disk.iterdir():
+                p.chmod(0o444)
+            disk.chmod(0o555)
+        content = db.read_bytes()
+        res = subprocess.run(_args(suite, url), cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                             timeout=300)
+        assert res.returncode == 2, res.stderr
+        line = _one_error_line(res.stderr)
+        assert url in line and "readonly" in line.replace("read-only", "readonly").replace("read only", "readonly")
+        assert db.read_bytes() == content
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+        else:
+            disk.chmod(0o755)
+
+
+def test_a_corrupt_store_is_one_line_and_never_truncated(tmp_path):
+    db = tmp_path / "corrupt.sqlite"
+    content = os.urandom(8192)
+    db.write_bytes(content)
+    for args in (_args(_suite(tmp_path), f"sqlite:///{db}"), [*BENCH, "runs", "--store", f"sqlite:///{db}"],
+                 [*BENCH, "merge", str(db), "--store", f"sqlite:///{tmp_path / 'other.sqlite'}"]):
+        res = subprocess.run(args, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
+        assert res.returncode == 2, res.stderr
+        line = _one_error_line(res.stderr)
+        assert "corrupt.sqlite" in line and "not a database" in line
+        assert db.read_bytes() == content
