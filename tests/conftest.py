@@ -20,11 +20,18 @@ settings.register_profile("hunt", max_examples=400, deadline=None, print_blob=Tr
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
+SERIAL_MODULES = frozenset({"test_ci_gate", "test_load", "test_timing", "test_interleave", "test_calibrate"})
+"""Modules whose tests judge timings, a calibrated peak or the machine's load: `make test` runs them alone, after the
+parallel tests (marker ``serial``), so another test running beside them cannot pass for a busy machine."""
+
+
 def pytest_collection_modifyitems(config, items):
     skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
     for item in items:
         if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(skip_gpu)
+        if item.module is not None and item.module.__name__.rsplit(".", 1)[-1] in SERIAL_MODULES:
+            item.add_marker(pytest.mark.serial)
 
 
 @pytest.fixture
