@@ -82,6 +82,11 @@ def decode_inputs(cfg: DecodeStepConfig, w: Workload, device: torch.device) -> t
     return (token, *cache)
 
 
+def step_max_len(cfg: DecodeStepConfig) -> int | None:
+    """The longest context: the new token takes position n, so learned positions allow n ≤ max_seq_len − 1."""
+    return cfg.max_seq_len - 1 if cfg.positions == "learned" else None
+
+
 def step_cost(cfg: DecodeStepConfig, w: Workload) -> dict[str, int]:
     """Forward MACs of one step (matmuls only, as :mod:`architectures.transformer_cost` counts them),
     parameters, and the bytes of the cache the step reads (0 without a cache)."""
@@ -89,7 +94,7 @@ def step_cost(cfg: DecodeStepConfig, w: Workload) -> dict[str, int]:
     head = b * cfg.d_model * cfg.vocab_size                                # last position only
     if cfg.use_cache:
         macs = tc.stack_macs(cfg, b, 1, kv_len=n + 1) + head               # cached keys + the new one
-        cache_bytes = tc.kv_cache_bytes(cfg, b, n, w.torch_dtype.itemsize)
+        cache_bytes = tc.kv_cache_bytes(cfg, b, n, w.itemsize)
     else:
         macs = tc.stack_macs(cfg, b, n + 1) + head
         cache_bytes = 0
@@ -108,7 +113,7 @@ def _register() -> None:
     for name, cfg in PRESETS.items():
         register(ArchSpec(name, "decode-step", cfg, DecodeStep, decode_inputs,
                           f"one decode step (cache in inputs), {_describe(cfg)}", small=_small(cfg),
-                          cost=step_cost))
+                          cost=step_cost, max_len=step_max_len))
 
 
 _register()

@@ -129,6 +129,11 @@ def cost(cfg: LongEncoderConfig, w: Workload) -> dict[str, int]:
     return {"params": params, "macs": macs}
 
 
+def max_len(cfg: LongEncoderConfig) -> int | None:
+    """The longest sequence: ``max_seq_len`` with learned positions or Linformer's E, F; unbounded otherwise."""
+    return cfg.max_seq_len if cfg.positions == "learned" or cfg.attention == "linformer" else None
+
+
 PRESETS: dict[str, LongEncoderConfig] = {
     "lra-exact": LongEncoderConfig(attention="exact"),
     "lra-window": LongEncoderConfig(attention="window", window=128),
@@ -149,4 +154,4 @@ _DETAIL = {"exact": "exact softmax attention", "window": "sliding window ±{wind
 for _name, _cfg in PRESETS.items():
     register(ArchSpec(_name, "lra", _cfg, LongEncoder, token_inputs,
                       f"LRA-style encoder, d={_cfg.d_model}, L={_cfg.n_layers}, h={_cfg.n_heads}, "
-                      + _DETAIL[_cfg.attention].format(**vars(_cfg)), small=SMALL, cost=cost))
+                      + _DETAIL[_cfg.attention].format(**vars(_cfg)), small=SMALL, cost=cost, max_len=max_len))

@@ -179,7 +179,7 @@ def step_cost(cfg: SSMConfig, w: Workload) -> dict[str, int]:
     ``state_bytes``, the bytes of the state tensors the step reads."""
     need_seq_len(w)
     return {"params": params(cfg), "macs": w.batch_size * macs_per_token(cfg),
-            "state_bytes": state_bytes(cfg, w.batch_size, w.torch_dtype.itemsize)}
+            "state_bytes": state_bytes(cfg, w.batch_size, w.itemsize)}
 
 
 def step_inputs(cfg: SSMConfig, w: Workload, device: torch.device) -> tuple[Tensor, ...]:

@@ -70,12 +70,6 @@ def window_partition(x: Tensor, m: int) -> Tensor:
     return x.permute(0, 1, 3, 2, 4, 5).reshape(-1, m * m, c)        # (B·nW, m², C)
 
 
-def window_merge(x: Tensor, m: int, b: int, h: int, w: int) -> Tensor:
-    """The inverse of :func:`window_partition`: (B·nW, m·m, C) -> (B, H, W, C)."""
-    x = x.view(b, h // m, w // m, m, m, -1)                         # (B, H/m, W/m, m, m, C)
-    return x.permute(0, 1, 3, 2, 4, 5).reshape(b, h, w, -1)         # (B, H, W, C)
-
-
 def shift_mask(h: int, w: int, m: int, shift: int, device: torch.device) -> Tensor:
     """Additive (nW, m², m²) mask: MASK_VALUE between tokens that came from different regions
     of the cyclically shifted (h, w) map, 0 within a region."""

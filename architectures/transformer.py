@@ -310,6 +310,11 @@ def _small(cfg: TransformerConfig) -> tuple[tuple[str, object], ...]:
     return SMALL + extra + ((("d_ff", 64),) if cfg.d_ff is not None else ())
 
 
+def learned_max_len(cfg: TransformerConfig) -> int | None:
+    """The longest sequence a config can take: ``max_seq_len`` with learned positions, unbounded otherwise."""
+    return cfg.max_seq_len if cfg.positions == "learned" else None
+
+
 def _describe(cfg: TransformerConfig) -> str:
     return (f"d={cfg.d_model}, L={cfg.n_layers}, h={cfg.n_heads}, kv={cfg.kv_heads}, "
             f"d_ff={cfg.ff_dim}, {cfg.positions}, {cfg.norm_placement}-{cfg.norm}, {cfg.activation}")
@@ -322,7 +327,7 @@ def _register() -> None:
     for layout, presets, model, inputs, cost_fn in families:
         for name, cfg in presets.items():
             register(ArchSpec(name, layout, cfg, model, inputs, _describe(cfg), small=_small(cfg),
-                              cost=cost_fn))
+                              cost=cost_fn, max_len=learned_max_len))
 
 
 PRESETS: dict[str, TransformerConfig] = {**DECODERS, **ENCODERS, **ENCODER_DECODERS}

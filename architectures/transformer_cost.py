@@ -108,7 +108,7 @@ def decoder_cost(cfg: Any, w: Workload) -> dict[str, int]:
     t = need_seq_len(w)
     macs = stack_macs(cfg, w.batch_size, t) + w.batch_size * t * cfg.d_model * cfg.vocab_size
     return {"params": decoder_params(cfg), "macs": macs,
-            "kv_cache_bytes": kv_cache_bytes(cfg, w.batch_size, t, w.torch_dtype.itemsize)}
+            "kv_cache_bytes": kv_cache_bytes(cfg, w.batch_size, t, w.itemsize)}
 
 
 def encoder_cost(cfg: Any, w: Workload) -> dict[str, int]:

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from harness.spec import DTYPES
+from harness.torch_types import TORCH_DTYPES as DTYPES
 from harness.timing import TimingConfig, measure
 
 CPU_DTYPES: tuple[str, ...] = ("fp32", "bf16")

@@ -35,6 +35,7 @@ from harness.flops import EXTRA_FORMULAS
 from harness.flops import _einsum_counted  # count_flops's einsum fix; no public per-module-depth API yet
 from harness.spec import MODES, ArchSpec, Workload
 from harness.steps import cast_inputs, make_step
+from harness.torch_types import torch_dtype
 
 with warnings.catch_warnings():   # fvcore.nn's import jit-scripts a loss: a FutureWarning on every bench start
     warnings.simplefilter("ignore")
@@ -124,8 +125,8 @@ def build_real(spec: ArchSpec, workload: Workload) -> tuple[nn.Module, tuple]:
     """``spec``'s model and inputs for ``workload``, real tensors on the CPU, seeded as a run's."""
     torch.manual_seed(0)
     cpu = torch.device("cpu")
-    model = spec.build(spec.config).to(dtype=workload.torch_dtype)
-    return model, cast_inputs(spec.make_inputs(spec.config, workload, cpu), workload.torch_dtype)
+    model = spec.build(spec.config).to(dtype=torch_dtype(workload))
+    return model, cast_inputs(spec.make_inputs(spec.config, workload, cpu), torch_dtype(workload))
 
 
 def _stock_counts(counter: FlopCounterMode, root: str) -> dict[str, int]:

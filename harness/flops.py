@@ -750,11 +750,6 @@ class DependencyTrace:
     def depth(self) -> int:
         return max((op.depth for op in self.ops), default=0)
 
-    @property
-    def compute_ops(self) -> int:
-        """Ops that are neither views nor metadata queries."""
-        return sum(1 for op in self.ops if op.out_bytes)
-
 
 class _DepthMode(TorchDispatchMode):
     """Gives every tensor an op produces the depth 1 + the deepest of its tensor inputs (a view or a

@@ -12,6 +12,7 @@ from torch import nn
 
 from harness import memory
 from harness.spec import ArchSpec, Case, Workload
+from harness.torch_types import torch_dtype
 
 
 def release() -> None:
@@ -113,7 +114,7 @@ def build_model(spec: ArchSpec, w: Workload, device: torch.device) -> nn.Module:
     torch.manual_seed(0)
     with cheap_init():
         model = spec.build(spec.config)
-    return model.to(device=device, dtype=w.torch_dtype)
+    return model.to(device=device, dtype=torch_dtype(w))
 
 
 # -- model reuse ------------------------------------------------------------------------------------------
@@ -164,11 +165,11 @@ class ModelCache:
             else None
         users = [mode for m, mode in in_use if m is self.model]
         if kept is not None:
-            dtype = next((t.dtype for t in kept.parameters() if t.is_floating_point()), w.torch_dtype)
-            if not users or (dtype == w.torch_dtype and all(mode == w.mode for mode in users)):
+            dtype = next((t.dtype for t in kept.parameters() if t.is_floating_point()), torch_dtype(w))
+            if not users or (dtype == torch_dtype(w) and all(mode == w.mode for mode in users)):
                 self.hits += 1
                 kept.zero_grad(set_to_none=True)
-                return kept if dtype == w.torch_dtype else kept.to(dtype=w.torch_dtype)
+                return kept if dtype == torch_dtype(w) else kept.to(dtype=torch_dtype(w))
         if not users:
             self.clear()                 # free it before the new build (a prepared case may still hold it)
         model = build_model(spec, w, torch.device(w.device))

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from harness.spec import METRICS           # the contract is torch-free: cheap to import here
+
 if TYPE_CHECKING:
     from harness.executors.base import Executor
     from harness.records import CaseRecord
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
     from harness.store import Store
 
 SUITE = "pytest"
-DEFAULT_METRICS: tuple[str, ...] = ("latency", "memory", "flops")     # harness.spec.METRICS, without importing torch
+DEFAULT_METRICS: tuple[str, ...] = METRICS
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

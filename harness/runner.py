@@ -31,6 +31,7 @@ from harness.spec import ArchSpec, Case, Workload
 from harness.stats import summarize_rounds
 from harness.steps import cast_inputs, make_step
 from harness.timing import TimingConfig, TimingResult, measure, measure_interleaved
+from harness.torch_types import torch_dtype
 
 MiB = 1024 * 1024
 
@@ -170,7 +171,7 @@ def prepare(case: Case, opts: RunOptions, in_use: Sequence[tuple[nn.Module, str]
             return done("ok", note)
         with _timed(metrics, "build"):
             model = MODELS.get(spec, case, in_use=in_use)
-            inputs = cast_inputs(spec.make_inputs(spec.config, w, device), w.torch_dtype)
+            inputs = cast_inputs(spec.make_inputs(spec.config, w, device), torch_dtype(w))
             step = make_step(model, inputs, w.mode)
         eager_step = None
         if w.compile != "none":     # compiled apart from the steady state, before the memory pass and timing

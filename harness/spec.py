@@ -1,5 +1,7 @@
-"""Plain data passed between the harness's modules: ArchSpec, Workload, Case (what a case produces is a
-:class:`harness.records.CaseRecord`)."""
+"""The contract, as plain data: ArchSpec, Workload, Case, and the one check of a workload against an architecture
+(:func:`workload_overrides`). Torch-free: the reports, the claims and the suite loader read these facts without
+importing torch (the engine maps names to torch types: :mod:`harness.torch_types`). What a case produces is a
+:class:`harness.records.CaseRecord`."""
 from __future__ import annotations
 
 import dataclasses
@@ -7,16 +9,14 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
-
-import torch
-from torch import nn
+from typing import Any
 
 from harness.errors import BenchInputError
 from harness.records import CaseRecord, Status
 
-DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-Mode = Literal["fwd", "fwd_bwd"]
+DTYPE_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2}
+"""The numeric types a workload may name, with their bytes per element (torch types: harness.torch_types)."""
+DTYPES: tuple[str, ...] = tuple(DTYPE_BYTES)
 MODES: tuple[str, ...] = ("fwd", "fwd_bwd")
 METRICS: tuple[str, ...] = ("latency", "memory", "flops")
 # How a case's model runs (harness.compiled): eager, or torch.compile with one of its modes; "cudagraphs" is
@@ -59,8 +59,9 @@ class Workload:
                                   f"{self.device!r}; there use \"default\" or \"max-autotune\"", where="compile")
 
     @property
-    def torch_dtype(self) -> torch.dtype:
-        return DTYPES[self.dtype]
+    def itemsize(self) -> int:
+        """Bytes per element of the workload's dtype."""
+        return DTYPE_BYTES[self.dtype]
 
 
 WORKLOAD_KEYS: frozenset[str] = frozenset(f.name for f in dataclasses.fields(Workload))
@@ -77,8 +78,10 @@ def workload_dict(w: Workload) -> dict[str, Any]:
     return {k: v for k, v in dataclasses.asdict(w).items() if k not in OMITTED_WHEN_DEFAULT or v != _DEFAULTS[k]}
 
 
-Builder = Callable[[Any], nn.Module]
-InputMaker = Callable[[Any, Workload, torch.device], tuple[torch.Tensor, ...]]
+Builder = Callable[[Any], Any]
+"""``build(config) -> torch.nn.Module`` (typed loosely: the contract does not import torch)."""
+InputMaker = Callable[[Any, Workload, Any], tuple]
+"""``make_inputs(config, workload, torch.device) -> tuple[torch.Tensor, ...]``."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,8 @@ class ArchSpec:
     ``make_inputs(config, workload, device)`` returns the positional inputs of ``forward``;
     ``small`` holds config overrides that make a tiny version (tests, smoke runs);
     ``cost(config, workload)`` gives analytic figures — ``{"params": int, "macs": int, ...}`` with
-    forward MACs as :func:`harness.flops.count_model` counts them (eval, no_grad) — or is None.
+    forward MACs as :func:`harness.flops.count_model` counts them (eval, no_grad) — or is None;
+    ``max_len(config)`` is the longest ``seq_len`` the model can take (learned positions), None if unbounded.
     """
 
     name: str
@@ -100,6 +104,26 @@ class ArchSpec:
     description: str = ""
     small: tuple[tuple[str, Any], ...] = ()
     cost: Callable[[Any, "Workload"], dict[str, int]] | None = None
+    max_len: Callable[[Any], int | None] | None = None
+
+
+def workload_overrides(config: Any, w: Workload) -> dict[str, Any]:
+    """The config overrides a workload implies: a model with an ``img_size`` field takes the workload's image size
+    (ViT position tables). With :func:`check_workload`, the one place a workload meets an architecture."""
+    return {"img_size": w.img_size} if w.img_size and "img_size" in _fields(config) else {}
+
+
+def check_workload(spec: ArchSpec, w: Workload) -> None:
+    """A BenchInputError naming the workload field an architecture (resolved: its config as the case builds it)
+    cannot take: a sequence longer than its ``max_len`` (learned positions)."""
+    limit = spec.max_len(spec.config) if spec.max_len is not None else None
+    if w.seq_len and limit is not None and w.seq_len > limit:
+        raise BenchInputError(f"{w.seq_len} is past the {limit} positions {spec.name} can take (its learned "
+                              "positions end there: raise max_seq_len with it)", where="seq_len")
+
+
+def _fields(config: Any) -> set[str]:
+    return {f.name for f in dataclasses.fields(config)} if dataclasses.is_dataclass(config) else set()
 
 
 @dataclass(frozen=True)

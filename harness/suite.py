@@ -52,7 +52,7 @@ from typing import Any
 from harness import registry
 from harness.errors import BenchInputError
 from harness.records import CaseRecord, SuiteSpec
-from harness.spec import DTYPES, METRICS, WORKLOAD_KEYS, Case, Workload
+from harness.spec import DTYPES, METRICS, WORKLOAD_KEYS, Case, Workload, check_workload, workload_overrides
 
 TOP_KEYS = {"name", "description", "metrics", "fixed", "sweep", "plot", "lines", "quick", "cuda"}
 PLOT_KEYS = {"x": str, "y": str, "x_log": bool, "y_log": bool, "title": str}
@@ -318,10 +318,9 @@ def make_case(suite: str, line: str, params: dict[str, Any], metrics: tuple[str,
     workload_kw = {k: v for k, v in params.items() if k in WORKLOAD_KEYS}
     overrides = {k: v for k, v in params.items() if k not in WORKLOAD_KEYS}
     workload = Workload(**workload_kw)
-    # A workload's image size is also the model's where its config has one (ViT position tables).
-    if workload.img_size and hasattr(registry.get(arch).config, "img_size"):
-        overrides["img_size"] = workload.img_size
-    registry.resolve(arch, **overrides)       # validates names, types and the config's own rules
+    overrides.update(workload_overrides(registry.get(arch).config, workload))
+    spec = registry.resolve(arch, **overrides)       # validates names, types and the config's own rules
+    check_workload(spec, workload)
     return Case(suite, line, arch, tuple(sorted(overrides.items())), workload, metrics)
 
 
