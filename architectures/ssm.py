@@ -109,6 +109,12 @@ class SSMLM(nn.Module):
         return self.head(self.norm(x)), new
 
     # The generation protocol (harness.generation), as the decoders implement it.
+    @staticmethod
+    def cannot_generate(cfg: SSMConfig) -> str | None:
+        """Why ``cfg`` cannot generate, or None: only causal Mamba has a parallel prefill here."""
+        if cfg.bidirectional:
+            return "a bidirectional SSM is not causal"
+        return None if cfg.kind == "mamba" else f"{cfg.kind} has no prefill (only Mamba's is written)"
     def generation_state(self, batch: int, max_len: int) -> SSMState:
         """The constant-size state (``max_len`` does not change it)."""
         return SSMState(self.new_states(batch))
@@ -150,6 +156,10 @@ class SSMState(nn.Module):
 
     def nbytes(self) -> int:
         return sum(b.nbytes for b in self.buffers())
+
+    def step_bytes(self, context: int) -> int:
+        """A step reads the whole state and writes it back, whatever the context."""
+        return 2 * self.nbytes()
 
 
 def state_shapes(cfg: SSMConfig, batch: int) -> list[tuple[int, ...]]:

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from architectures import transformer_cost as cost
 from architectures.inputs import seq2seq_inputs, token_inputs
-from architectures.layers.attention import Attention, AttnImpl, HeadLayout, KVCache, StaticKVCache
+from architectures.layers.attention import Attention, AttnImpl, HeadLayout, KVCache, StaticKVCache, StaticKVState
 from architectures.layers.efficient import SlidingWindowCore
 from architectures.layers.blocks import MLP, RESIDUALS, Activation, Block, NormKind, make_norm
 from architectures.layers.positions import PositionKind, make_positions
@@ -203,21 +203,28 @@ class Decoder(nn.Module):
         return [KVCache() for _ in self.stack.blocks]
 
     # The generation protocol (harness.generation): a state made once, a prefill, then one token per decode call.
-    def generation_state(self, batch: int, max_len: int) -> nn.ModuleList:
+    @staticmethod
+    def cannot_generate(cfg: DecoderConfig) -> str | None:
+        """Why ``cfg`` cannot generate, or None."""
+        if cfg.window is not None and cfg.positions == "alibi":
+            return "a sliding window takes no additive position bias (ALiBi)"
+        return None
+
+    def generation_state(self, batch: int, max_len: int) -> StaticKVState:
         """One :class:`StaticKVCache` per layer for sequences of at most ``max_len`` positions (a ring of
         window + 1 slots with a sliding window), on the device and in the dtype of the weights."""
         cfg = self.cfg
-        return nn.ModuleList(StaticKVCache(batch, cfg.kv_heads, cfg.head_dim, max_len, cfg.window,
+        return StaticKVState(StaticKVCache(batch, cfg.kv_heads, cfg.head_dim, max_len, cfg.window,
                                            like=self.tok.weight) for _ in self.stack.blocks)
 
-    def prefill(self, tokens: Tensor, state: nn.ModuleList) -> Tensor:
+    def prefill(self, tokens: Tensor, state: StaticKVState) -> Tensor:
         """Empty ``state`` and run the prompt (B, T) into it -> logits of its last position (B, vocab)."""
         for cache in state:
             cache.reset()
         h = self.stack(self.tok(tokens), caches=list(state))              # (B, T, d)
         return lm_logits(h[:, -1], self.tok, self.head)                   # (B, vocab): the last position only
 
-    def decode(self, token: Tensor, state: nn.ModuleList) -> Tensor:
+    def decode(self, token: Tensor, state: StaticKVState) -> Tensor:
         """One token (B, 1) after those in ``state`` (written into it) -> its logits (B, vocab)."""
         h = self.stack(self.tok(token), caches=list(state))               # (B, 1, d)
         return lm_logits(h[:, -1], self.tok, self.head)                   # (B, vocab)

@@ -19,7 +19,7 @@ SCHEMA_VERSION = 5
 Status = Literal["ok", "oom", "timeout", "error", "skipped"]
 STATUSES: tuple[str, ...] = ("ok", "oom", "timeout", "error", "skipped")
 
-LABEL_KEYS = ("seq_len", "img_size", "batch_size", "dtype", "mode", "device", "compile")
+LABEL_KEYS = ("seq_len", "img_size", "batch_size", "dtype", "mode", "device", "compile", "prompt_len", "new_tokens")
 """Workload fields a case is labelled by (the others, e.g. threads, are the same across a run)."""
 
 

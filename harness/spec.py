@@ -16,8 +16,10 @@ from harness.errors import BenchInputError
 from harness.records import CaseRecord, Status
 
 DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-Mode = Literal["fwd", "fwd_bwd"]
-MODES: tuple[str, ...] = ("fwd", "fwd_bwd")
+Mode = Literal["fwd", "fwd_bwd", "generate"]
+# "generate": a greedy generation of new_tokens after a prompt of prompt_len (harness.generation)
+MODES: tuple[str, ...] = ("fwd", "fwd_bwd", "generate")
+GENERATION_KEYS: tuple[str, ...] = ("prompt_len", "new_tokens")   # the fields of mode "generate" (and only of it)
 METRICS: tuple[str, ...] = ("latency", "memory", "flops")
 # How a case's model runs (harness.compiled): eager, or torch.compile with one of its modes; "cudagraphs" is
 # CUDA-only (torch.compile mode="reduce-overhead": inductor kernels replayed as CUDA graphs).
@@ -37,9 +39,11 @@ class Workload:
     device: str = "cpu"
     threads: int = 0  # 0: the harness default (every core this process may use)
     compile: str = "none"  # one of COMPILES (harness.compiled); not part of a case's key while "none"
+    prompt_len: int | None = None  # mode "generate": tokens of the prompt (prefilled at once)
+    new_tokens: int | None = None  # mode "generate": tokens generated (the first by the prefill, then one per step)
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "seq_len", "img_size"):
+        for name in ("batch_size", "seq_len", "img_size", *GENERATION_KEYS):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
                 raise BenchInputError(f"must be a positive integer, got {value!r}", where=name)
@@ -49,6 +53,16 @@ class Workload:
             raise BenchInputError(f"unknown dtype {self.dtype!r}; expected one of {sorted(DTYPES)}", where="dtype")
         if self.mode not in MODES:
             raise BenchInputError(f"unknown mode {self.mode!r}; expected one of {list(MODES)}", where="mode")
+        if self.mode == "generate":
+            for name in GENERATION_KEYS:
+                if getattr(self, name) is None:
+                    raise BenchInputError(f"mode \"generate\" needs {name}", where=name)
+            if self.seq_len is not None:
+                raise BenchInputError("mode \"generate\" takes prompt_len and new_tokens, not seq_len", where="seq_len")
+        else:
+            for name in GENERATION_KEYS:
+                if getattr(self, name) is not None:
+                    raise BenchInputError(f"{name} needs mode = \"generate\" (the mode is {self.mode!r})", where=name)
         if not isinstance(self.device, str) or self.device.split(":")[0] not in ("cpu", "cuda", "mps"):
             raise BenchInputError(f"unknown device {self.device!r}; expected cpu, cuda or cuda:N", where="device")
         if self.compile not in COMPILES:
@@ -67,7 +81,7 @@ WORKLOAD_KEYS: frozenset[str] = frozenset(f.name for f in dataclasses.fields(Wor
 # Workload fields added after case keys were first stored (runs, ``--resume``, the CI baseline): left out of a
 # case's key and stored workload while at their default, so every case that existed before keeps its key. A
 # field added from now on goes here too.
-OMITTED_WHEN_DEFAULT: frozenset[str] = frozenset({"compile"})
+OMITTED_WHEN_DEFAULT: frozenset[str] = frozenset({"compile", "prompt_len", "new_tokens"})
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(Workload)}
 
 
@@ -137,6 +151,7 @@ class Case:
 
     def label(self) -> str:
         w = self.workload
-        sizes = ", ".join(f"{k}={v}" for k, v in (("seq_len", w.seq_len), ("img_size", w.img_size)) if v)
+        sizes = ", ".join(f"{k}={v}" for k, v in (("seq_len", w.seq_len), ("img_size", w.img_size),
+                                                  ("prompt_len", w.prompt_len), ("new_tokens", w.new_tokens)) if v)
         run = f" compile={w.compile}" if w.compile != "none" else ""
         return f"{self.line} | {self.arch} | bs={w.batch_size} {sizes} {w.dtype} {w.mode}{run}"

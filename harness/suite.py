@@ -51,6 +51,7 @@ from typing import Any
 
 from harness import registry
 from harness.errors import BenchInputError
+from harness.generation import check_generation
 from harness.records import CaseRecord, SuiteSpec
 from harness.spec import DTYPES, METRICS, WORKLOAD_KEYS, Case, Workload
 
@@ -321,7 +322,8 @@ def make_case(suite: str, line: str, params: dict[str, Any], metrics: tuple[str,
     # A workload's image size is also the model's where its config has one (ViT position tables).
     if workload.img_size and hasattr(registry.get(arch).config, "img_size"):
         overrides["img_size"] = workload.img_size
-    registry.resolve(arch, **overrides)       # validates names, types and the config's own rules
+    spec = registry.resolve(arch, **overrides)       # validates names, types and the config's own rules
+    check_generation(spec, workload)                 # mode "generate": an architecture and sizes that can
     return Case(suite, line, arch, tuple(sorted(overrides.items())), workload, metrics)
 
 

@@ -396,8 +396,24 @@ class StaticKVCache(nn.Module):
         self.pos.add_(1)
         return core.kernel(q, self.k, self.v, bias, keep.view(1, 1, 1, -1), dropout_p, scale)
 
+    def step_bytes(self, context: int) -> int:
+        """Bytes a decode step after ``context`` positions must at least move here: the k/v of the (at most
+        ``size - 1``) earlier positions it attends to, read, and its own slot, written."""
+        slot = self.k[:, :, 0].nbytes + self.v[:, :, 0].nbytes
+        return (min(context, self.size - 1) + 1) * slot
+
     def extra_repr(self) -> str:
         return f"size={self.size}, window={self.window}, ring={self.ring}"
+
+
+class StaticKVState(nn.ModuleList):
+    """A decoder's generation state: one :class:`StaticKVCache` per layer."""
+
+    def nbytes(self) -> int:
+        return sum(c.nbytes() for c in self)
+
+    def step_bytes(self, context: int) -> int:
+        return sum(c.step_bytes(context) for c in self)
 
 
 def static_kv_slots(max_len: int, window: int | None = None) -> int:
