@@ -91,3 +91,98 @@ def test_a_second_prompt_without_reset_is_refused() -> None:
         model.stack(model.tok(torch.randint(0, 64, (1, 3))), caches=list(state))
         with pytest.raises(ValueError, match="one prompt"):
             model.stack(model.tok(torch.randint(0, 64, (1, 3))), caches=list(state))
+
+
+# -- the generation loop and its figures --------------------------------------------------------------------
+from harness import generation  # noqa: E402
+from harness.spec import Case, Workload  # noqa: E402
+from harness.timing import TimingConfig, measure  # noqa: E402
+
+
+def _tiny_generation(new_tokens: int = 5, **kw: object) -> generation.Generation:
+    torch.manual_seed(2)
+    model = Decoder(DecoderConfig(**TINY, **kw)).eval()
+    return generation.Generation(model, torch.randint(0, 64, (2, 7)), new_tokens)
+
+
+def test_the_loop_generates_what_greedy_decoding_without_a_cache_generates() -> None:
+    gen = _tiny_generation(6, n_kv_heads=2)
+    gen()
+    reference = gen.model.generate(gen.prompt, 6, use_cache=False)       # (B, 7 + 6): reruns every step
+    assert torch.equal(gen.tokens, reference[:, 7:])
+
+
+def test_figures_follow_their_definitions_on_a_counting_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A clock that advances 1 s per reading: the prefill takes 1 s (TTFT), each step 1 s (TPOT, ITL)."""
+    ticks = iter(range(10_000))
+    monkeypatch.setattr(generation.time, "perf_counter", lambda: float(next(ticks)))
+    gen = _tiny_generation(5)
+    gen()
+    gen()
+    assert gen.traces == [generation.Trace(1.0, (1.0,) * 4)] * 2
+    w = Workload(batch_size=2, mode="generate", prompt_len=7, new_tokens=5)
+    fig = generation.summarize(gen.traces, w)
+    assert fig["ttft_ms"] == 1000 and fig["tpot_ms"] == 1000 and fig["e2e_ms"] == 5000
+    assert fig["itl_p50_ms"] == fig["itl_p99_ms"] == 1000
+    assert fig["output_tokens_per_s"] == 2 * 5 / 5 and fig["total_tokens_per_s"] == 2 * 12 / 5
+    assert fig["decode_tokens_per_s"] == 2.0
+
+
+def test_tpot_is_the_mean_step_and_itl_the_spread_of_every_step() -> None:
+    traces = [generation.Trace(0.5, (0.1, 0.2, 0.3)), generation.Trace(0.7, (0.1, 0.1, 0.4))]
+    fig = generation.summarize(traces, Workload(mode="generate", prompt_len=3, new_tokens=4))
+    assert fig["ttft_ms"] == pytest.approx(600)                          # median of 500 and 700
+    assert fig["tpot_ms"] == pytest.approx(200)                          # both calls' mean step is 0.2 s
+    assert fig["itl_p50_ms"] == pytest.approx(150) and fig["itl_p99_ms"] > 390
+    one = generation.summarize([generation.Trace(0.5, ())], Workload(mode="generate", prompt_len=3, new_tokens=1))
+    assert "tpot_ms" not in one and "itl_p50_ms" not in one               # no step: left out, never 0
+
+
+def test_each_timed_sample_is_one_whole_generation_whose_clock_it_contains() -> None:
+    """Structure, not absolute times: per call, prefill + the steps (the trace's e2e) lie within the timer's
+    sample of that call, and the steps are most of the decode part."""
+    gen = _tiny_generation(8)
+    timed = measure(gen, TimingConfig(warmup_calls=1, warmup_s=0.0, min_samples=5, min_time_s=0.0,
+                                      min_sample_s=0.0, max_time_s=5.0))
+    assert timed.block_size == 1
+    traces = generation.timed_traces(gen, len(timed.samples_s), timed.block_size)
+    assert len(traces) == len(timed.samples_s) and len(gen.traces) == 1 + timed.warmup_calls + len(traces)
+    for sample, trace in zip(timed.samples_s, traces):
+        assert len(trace.step_s) == 7 and trace.ttft_s > 0 and min(trace.step_s) > 0
+        assert trace.e2e_s <= sample
+        assert sample - trace.e2e_s < 0.5 * sample                       # the clock covers the call
+
+
+def test_decode_bound_bytes_are_weights_without_the_embedding_table_plus_the_cache_traffic() -> None:
+    gen = _tiny_generation(3)
+    model = gen.model
+    emb = model.tok.weight
+    weights = sum(p.nbytes for p in model.parameters()) - emb.nbytes + 2 * emb[0].nbytes
+    slot = 2 * 2 * model.cfg.kv_heads * model.cfg.head_dim * 4 * model.cfg.n_layers   # k+v, B=2, fp32, all layers
+    # steps after 8 and 9 earlier positions: read them, write one
+    assert generation.decode_min_bytes(gen) == weights + slot * ((8 + 1) + (9 + 1)) / 2
+
+
+def test_compiled_decode_step_runs_on_cpu_and_generates_the_eager_tokens() -> None:
+    from harness.compiled import compile_model, warm_up_compiled
+    gen = _tiny_generation(4)
+    gen()
+    compiled = gen.with_decode(compile_model(gen.decoding, "default", "fwd"), compiled=True)
+    warm_up_compiled(compiled, "cpu", "default")
+    compiled()
+    assert torch.equal(compiled.tokens, gen.tokens) and len(compiled.traces) >= 3 and len(gen.traces) == 1
+
+
+@pytest.mark.gpu
+def test_cudagraphs_decode_step_replays_on_cuda() -> None:
+    from harness.compiled import compile_model, warm_up_compiled
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    torch.manual_seed(2)
+    model = Decoder(DecoderConfig(**TINY, n_kv_heads=2)).cuda().eval()
+    gen = generation.Generation(model, torch.randint(0, 64, (2, 7), device="cuda"), 6)
+    gen()
+    graphed = gen.with_decode(compile_model(gen.decoding, "cudagraphs", "fwd"), compiled=True)
+    warm_up_compiled(graphed, "cuda", "cudagraphs")
+    graphed()
+    assert torch.equal(graphed.tokens, gen.tokens)
