@@ -186,3 +186,88 @@ def test_cudagraphs_decode_step_replays_on_cuda() -> None:
     warm_up_compiled(graphed, "cuda", "cudagraphs")
     graphed()
     assert torch.equal(graphed.tokens, gen.tokens)
+
+
+# -- bad input through the CLI, and the suite ---------------------------------------------------------------
+from harness.suite import load_suite  # noqa: E402
+from tests.helpers import invoke  # noqa: E402
+
+GEN_SUITE = """\
+name = "gen_bad"
+metrics = ["latency"]
+fixed = {{ arch = "{arch}", mode = "generate", {fields} }}
+sweep = {{ batch_size = [1] }}
+"""
+BAD_GENERATION = {   # name: (arch, workload fields, the field the one line must name)
+    "past max_seq_len": ("gpt2-small", "prompt_len = 1000, new_tokens = 100", "new_tokens"),
+    "prompt_len < 1": ("decoder-tiny", "prompt_len = 0, new_tokens = 4", "prompt_len"),
+    "encoder": ("encoder-small", "prompt_len = 8, new_tokens = 4", "mode"),
+    "cnn": ("resnet18", "prompt_len = 8, new_tokens = 4", "mode"),
+    "s4d": ("s4d-lm-tiny", "prompt_len = 8, new_tokens = 4", "mode"),
+    "no new_tokens": ("decoder-tiny", "prompt_len = 8", "new_tokens"),
+    "seq_len with generate": ("decoder-tiny", "prompt_len = 8, new_tokens = 4, seq_len = 8", "seq_len"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_GENERATION))
+def test_bad_generation_input_exits_2_naming_the_field_nothing_stored(tmp_path, name: str) -> None:
+    arch, fields, field = BAD_GENERATION[name]
+    path = tmp_path / "gen_bad.toml"
+    path.write_text(GEN_SUITE.format(arch=arch, fields=fields))
+    db = tmp_path / "results.sqlite"
+    result = invoke("run", str(path), "--quick", "--executor", "inline", "--store", f"sqlite:///{db}")
+    assert result.exit_code == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr
+    assert field in lines[0] and str(path) in lines[0]
+    assert not db.exists()
+
+
+def test_generation_fields_without_mode_generate_are_refused(tmp_path) -> None:
+    path = tmp_path / "gen_bad.toml"
+    path.write_text(GEN_SUITE.format(arch="decoder-tiny", fields="prompt_len = 8").replace('mode = "generate", ', ""))
+    result = invoke("run", str(path), "--dry-run")
+    assert result.exit_code == 2 and "prompt_len" in result.stderr
+
+
+def test_generation_fields_at_their_default_leave_case_keys_unchanged() -> None:
+    from harness.spec import workload_dict
+    assert "prompt_len" not in workload_dict(Workload()) and "new_tokens" not in workload_dict(Workload())
+    w = Workload(mode="generate", prompt_len=4, new_tokens=2)
+    assert workload_dict(w)["prompt_len"] == 4 and workload_dict(w)["new_tokens"] == 2
+
+
+@pytest.mark.parametrize("quick,device", [(True, "cpu"), (False, "cpu"), (True, "cuda"), (False, "cuda")])
+def test_generation_suite_loads_and_expands(quick: bool, device: str) -> None:
+    suite = load_suite("generation", quick=quick, sets={"device": device} if device == "cuda" else None)
+    assert suite.cases and all(c.workload.mode == "generate" for c in suite.cases)
+    by_line: dict[str, set] = {}
+    for c in suite.cases:       # every line varies along the prompt length alone
+        w = c.workload
+        by_line.setdefault(c.line, set()).add((w.batch_size, w.new_tokens, w.dtype, w.compile, c.overrides))
+    assert all(len(v) == 1 for v in by_line.values())
+    compiles = {c.workload.compile for c in suite.cases}
+    assert compiles == ({"none", "cudagraphs"} if device == "cuda" else {"none", "default"})
+    archs = {c.arch for c in suite.cases}
+    assert "mamba-lm-small" in archs and "decoder-small" in archs
+    kv = {dict(c.overrides).get("n_kv_heads") for c in suite.cases}
+    assert {8, 1} <= kv
+    assert any("window" in dict(c.overrides) for c in suite.cases)
+    if quick and device == "cpu":
+        assert len(suite.cases) <= 24
+
+
+def test_generation_case_runs_end_to_end_and_records_its_figures() -> None:
+    from harness.runner import RunOptions, run_case
+    w = Workload(batch_size=2, mode="generate", prompt_len=8, new_tokens=4)
+    case = Case("t", "l", "decoder-tiny", (("n_kv_heads", 2),), w, ("latency", "memory", "flops"))
+    rec = run_case(case, RunOptions(timing=TimingConfig(min_samples=3, min_time_s=0.0, max_time_s=1.0, rounds=1)))
+    assert rec.status == "ok", rec.message
+    m = rec.metrics
+    for key in ("ttft_ms", "tpot_ms", "itl_p50_ms", "itl_p90_ms", "itl_p99_ms", "e2e_ms", "output_tokens_per_s",
+                "total_tokens_per_s", "kv_cache_bytes", "decode_min_bytes", "peak_bytes", "macs", "prefill_macs"):
+        assert m[key] > 0, key
+    assert m["itl_p50_ms"] <= m["itl_p90_ms"] <= m["itl_p99_ms"]
+    assert m["kv_cache_bytes"] == 2 * 2 * 2 * (8 + 4) * 32 * 4 * 2   # layers·k,v·B·slots·Hkv·hd·fp32
+    assert m["prefill_macs"] < m["macs"]
+    assert m["generations"] == len(rec.samples_s)                    # block size 1 here: one trace per sample
