@@ -271,3 +271,45 @@ def test_generation_case_runs_end_to_end_and_records_its_figures() -> None:
     assert m["kv_cache_bytes"] == 2 * 2 * 2 * (8 + 4) * 32 * 4 * 2   # layers·k,v·B·slots·Hkv·hd·fp32
     assert m["prefill_macs"] < m["macs"]
     assert m["generations"] == len(rec.samples_s)                    # block size 1 here: one trace per sample
+
+
+# -- the report's reading of generation figures -------------------------------------------------------------
+from harness.records import CaseRecord  # noqa: E402
+
+
+def _rec(line: str, batch: int, prompt: int, ttft: float, tpot: float, key: str = "", **metrics: float) -> CaseRecord:
+    return CaseRecord(key or f"{line}-{batch}-{prompt}", "generation", line, "decoder-small", "ok",
+                      config={"n_kv_heads": 8},
+                      workload={"batch_size": batch, "mode": "generate", "prompt_len": prompt, "new_tokens": 8,
+                                "dtype": "fp32", "device": "cpu"},
+                      metrics={"ttft_ms": ttft, "tpot_ms": tpot, "decode_tokens_per_s": batch / tpot * 1e3,
+                               "median_ms": ttft + 7 * tpot, "flops": 1e9, **metrics})
+
+
+def test_report_slopes_are_the_linear_fits_along_each_line() -> None:
+    from reports import generation as rg
+    recs = [_rec("MHA b=1", 1, p, ttft=2.0 + 0.01 * p, tpot=1.0 + 0.002 * (p + 4)) for p in (32, 128, 512)]
+    (s,) = rg.line_slopes(recs)
+    assert s.n == 3 and s.ttft_us_per_token == pytest.approx(10.0) and s.ttft_intercept_ms == pytest.approx(2.0)
+    assert s.tpot_us_per_token == pytest.approx(2.0) and s.tpot_intercept_ms == pytest.approx(1.0)
+
+
+def test_report_finds_the_knee_of_tokens_per_second_against_batch() -> None:
+    from reports import generation as rg
+    recs = [_rec(f"MHA b={b}", b, 256, 5.0, tpot) for b, tpot in ((1, 10.0), (4, 11.0), (16, 14.0), (64, 40.0))]
+    (series,) = rg.batch_series(recs)
+    assert [b for b, _, _ in series.points] == [1, 4, 16, 64] and series.knee == 64
+    assert len(rg.batch_records(recs, series)) == 4
+    flat = [_rec(f"MHA b={b}", b, 256, 5.0, 10.0) for b in (1, 8)]
+    assert rg.batch_series(flat)[0].knee is None
+
+
+def test_bandwidth_bound_and_prefill_share_come_from_the_runs_calibrated_peak() -> None:
+    from reports.frames import generation_rates
+    rec = _rec("MHA b=1", 1, 256, ttft=4.0, tpot=2.0, decode_min_bytes=1e7, prefill_macs=1e8)
+    peak = {"cpu": {"copy_bytes_per_s": 1e10, "matmul_flops_per_s": {"fp32": 1e11}}}
+    rates = generation_rates(rec, peak)
+    assert rates["decode_bound_ms"] == pytest.approx(1.0)                # 1e7 B / 1e10 B/s
+    assert rates["bandwidth_bound_share"] == pytest.approx(0.5)          # 1 ms bound / 2 ms step
+    assert rates["prefill_peak_share"] == pytest.approx(2e8 / 4e-3 / 1e11)
+    assert generation_rates(rec, None) == {}                             # no peak: nothing, never 0
