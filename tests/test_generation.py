@@ -163,6 +163,7 @@ def test_decode_bound_bytes_are_weights_without_the_embedding_table_plus_the_cac
     assert generation.decode_min_bytes(gen) == weights + slot * ((8 + 1) + (9 + 1)) / 2
 
 
+@pytest.mark.slow
 def test_compiled_decode_step_runs_on_cpu_and_generates_the_eager_tokens() -> None:
     from harness.compiled import compile_model, warm_up_compiled
     gen = _tiny_generation(4)
