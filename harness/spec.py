@@ -29,7 +29,11 @@ CUDA_ONLY_COMPILES: frozenset[str] = frozenset({"cudagraphs"})
 
 @dataclass(frozen=True)
 class Workload:
-    """What a model is run on: sizes, numeric type, pass, device, CPU threads and execution (eager/compiled)."""
+    """What a model is run on: sizes, numeric type, pass, device, CPU threads and execution (eager/compiled).
+
+    ``mode = "generate"`` (harness.generation) times whole greedy generations: ``prompt_len`` tokens prefilled,
+    then ``new_tokens`` produced; it takes those two fields instead of ``seq_len``, and no other mode takes them.
+    """
 
     batch_size: int = 1
     seq_len: int | None = None
