@@ -314,3 +314,22 @@ def test_bandwidth_bound_and_prefill_share_come_from_the_runs_calibrated_peak() 
     assert rates["bandwidth_bound_share"] == pytest.approx(0.5)          # 1 ms bound / 2 ms step
     assert rates["prefill_peak_share"] == pytest.approx(2e8 / 4e-3 / 1e11)
     assert generation_rates(rec, None) == {}                             # no peak: nothing, never 0
+
+
+def test_counted_generation_macs_match_the_analytic_formula_and_ignore_compile() -> None:
+    """The fake pass counts the eager model: prefill (P tokens) + N - 1 decode steps over the whole static cache
+    (P + N keys, masked), each with the LM head on one position — transformer_cost's formulas, an independent
+    instrument; a compiled case counts the same."""
+    from architectures import transformer_cost as tc
+    from harness import registry
+    from harness.runner import fake_pass
+    spec = registry.resolve("decoder-tiny", n_kv_heads=2)
+    cfg, b, p, n = spec.config, 2, 8, 5
+    counted = [fake_pass(spec, Workload(batch_size=b, mode="generate", prompt_len=p, new_tokens=n, compile=c),
+                         torch.device("cpu"), True) for c in ("none", "default")]
+    head = b * cfg.d_model * cfg.vocab_size
+    prefill = tc.stack_macs(cfg, b, p) + head
+    step = tc.stack_macs(cfg, b, 1, kv_len=p + n) + head
+    assert counted[0]["prefill_macs"] == prefill
+    assert counted[0]["macs"] == prefill + (n - 1) * step
+    assert counted[1]["macs"] == counted[0]["macs"] and counted[1]["prefill_macs"] == counted[0]["prefill_macs"]
