@@ -30,6 +30,13 @@ PositionKind = Literal["none", "learned", "sinusoidal", "rope", "alibi"]
 POSITION_KINDS: tuple[str, ...] = ("none", "learned", "sinusoidal", "rope", "alibi")
 
 
+def _positions(t: int, offset: int | Tensor, device: torch.device | None, dtype: torch.dtype) -> Tensor:
+    """Positions offset … offset+t-1 (T,): ``offset`` an int, or a static KV cache's 0-d tensor."""
+    if isinstance(offset, Tensor):
+        return torch.arange(t, device=device, dtype=dtype) + offset
+    return torch.arange(offset, offset + t, device=device, dtype=dtype)
+
+
 class Positions(nn.Module):
     """Base and ``"none"``: no position information (self-attention stays permutation-equivariant)."""
 
@@ -76,7 +83,7 @@ class SinusoidalPositions(Positions):
     def table(self, t: int, offset: int, device: torch.device, dtype: torch.dtype) -> Tensor:
         work = torch.float64 if dtype == torch.float64 else torch.float32
         inv_freq = torch.exp(torch.arange(0, self.d, 2, device=device, dtype=work) * (-math.log(10000.0) / self.d))
-        pos = torch.arange(t, device=device, dtype=work) + offset   # offset: an int, or a 0-d tensor
+        pos = _positions(t, offset, device, work)                  # (T,)
         angles = pos[:, None] * inv_freq[None, :]               # (T, d/2)
         pe = torch.stack([angles.sin(), angles.cos()], dim=-1)  # (T, d/2, 2)
         return pe.flatten(1)[:, : self.d].to(dtype)              # (T, d)
@@ -103,7 +110,7 @@ class RotaryPositions(Positions):
         Angles in fp32 whatever the dtype of q and k."""
         t, hd = q.shape[-2], self.head_dim
         inv_freq = self.base ** (-torch.arange(0, hd, 2, device=q.device, dtype=torch.float32) / hd)   # (hd/2,)
-        pos = torch.arange(t, device=q.device, dtype=torch.float32) + offset   # offset: int or 0-d tensor
+        pos = _positions(t, offset, q.device, torch.float32)            # (T,)
         angles = pos[:, None] * inv_freq[None, :]                        # (T, hd/2)
         angles = torch.cat([angles, angles], dim=-1)                     # (T, hd)
         cos, sin = angles.cos().to(q.dtype), angles.sin().to(q.dtype)
@@ -148,7 +155,7 @@ class AlibiPositions(Positions):
 
     def bias(self, t: int, s: int, offset: int = 0, device: torch.device | None = None,
              dtype: torch.dtype = torch.float32) -> Tensor:
-        i = (torch.arange(t, device=device) + offset)[:, None]          # offset: int or 0-d tensor
+        i = _positions(t, offset, device, torch.long)[:, None]          # (T, 1)
         j = torch.arange(s, device=device)[None, :]
         distance = (i - j).abs().float()                                 # (T, S)
         return (-self.slopes(device)[:, None, None] * distance).to(dtype)   # (H, T, S)
