@@ -108,6 +108,59 @@ class SSMLM(nn.Module):
             new.append(s)
         return self.head(self.norm(x)), new
 
+    # The generation protocol (harness.generation), as the decoders implement it.
+    @staticmethod
+    def cannot_generate(cfg: SSMConfig) -> str | None:
+        """Why ``cfg`` cannot generate, or None: only causal Mamba has a parallel prefill here."""
+        if cfg.bidirectional:
+            return "a bidirectional SSM is not causal"
+        return None if cfg.kind == "mamba" else f"{cfg.kind} has no prefill (only Mamba's is written)"
+    def generation_state(self, batch: int, max_len: int) -> SSMState:
+        """The constant-size state (``max_len`` does not change it)."""
+        return SSMState(self.new_states(batch))
+
+    def prefill(self, tokens: Tensor, state: SSMState) -> Tensor:
+        """The prompt (B, T) in parallel (Mamba's scan), its final state written into ``state`` -> (B, vocab)."""
+        x = self.tok(tokens)                                              # (B, T, d)
+        new = []
+        for block in self.blocks:
+            x, s = block.prefill(x)
+            new.append(s)
+        state.write(new)
+        return self.head(self.norm(x[:, -1]))                             # (B, vocab): the last position only
+
+    def decode(self, token: Tensor, state: SSMState) -> Tensor:
+        """One token (B, 1) -> its logits (B, vocab), ``state`` advanced in place."""
+        logits, new = self.step(token, state.layers())
+        state.write(new)
+        return logits[:, -1]                                              # (B, vocab)
+
+
+class SSMState(nn.Module):
+    """Every layer's recurrent state as buffers, overwritten in place after each call (its size is constant:
+    it never grows with the context). ``layers()`` gives the per-layer tuples ``SSMLM.step`` takes."""
+
+    def __init__(self, layers: list[tuple[Tensor, ...]]) -> None:
+        super().__init__()
+        self.per = len(layers[0])
+        for i, t in enumerate(x for layer in layers for x in layer):
+            self.register_buffer(f"s{i}", t, persistent=False)
+
+    def layers(self) -> list[tuple[Tensor, ...]]:
+        flat = list(self.buffers())
+        return [tuple(flat[i:i + self.per]) for i in range(0, len(flat), self.per)]
+
+    def write(self, layers: list[tuple[Tensor, ...]]) -> None:
+        for old, new in zip(self.buffers(), (x for layer in layers for x in layer), strict=True):
+            old.copy_(new)
+
+    def nbytes(self) -> int:
+        return sum(b.nbytes for b in self.buffers())
+
+    def step_bytes(self, context: int) -> int:
+        """A step reads the whole state and writes it back, whatever the context."""
+        return 2 * self.nbytes()
+
 
 def state_shapes(cfg: SSMConfig, batch: int) -> list[tuple[int, ...]]:
     """Shapes of one layer's state tensors: h (B, D, N), and Mamba's conv window (B, E, d_conv-1)."""

@@ -23,7 +23,8 @@ from torch import Tensor, nn
 
 from architectures import transformer_cost as cost
 from architectures.inputs import seq2seq_inputs, token_inputs
-from architectures.layers.attention import Attention, AttnImpl, HeadLayout, KVCache
+from architectures.layers.attention import Attention, AttnImpl, HeadLayout, KVCache, StaticKVCache, StaticKVState
+from architectures.layers.efficient import SlidingWindowCore
 from architectures.layers.blocks import MLP, RESIDUALS, Activation, Block, NormKind, make_norm
 from architectures.layers.positions import PositionKind, make_positions
 from architectures.transformer_cost import kv_cache_bytes  # noqa: F401  (public here too)
@@ -82,6 +83,12 @@ class DecoderConfig(TransformerConfig):
     """Decoder-only language model."""
 
     tie_embeddings: bool = False           # LM head = token embedding (GPT-2)
+    window: int | None = None              # causal sliding window (Mistral-style): a token sees itself + `window` back
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.window is not None and (isinstance(self.window, bool) or self.window <= 0):
+            raise ValueError(f"window must be a positive integer or None, got {self.window}")
 
 
 @dataclass(frozen=True)
@@ -112,8 +119,11 @@ class EncoderDecoderConfig(TransformerConfig):
 
 def make_block(cfg: LayerConfig, cross: bool = False) -> Block:
     """One layer of ``cfg``: self-attention [+ cross-attention] + MLP in the configured residuals."""
+    window = getattr(cfg, "window", None)                  # DecoderConfig only
+
     def attention(kind: Literal["self", "cross"]) -> Attention:
-        return Attention(cfg.d_model, cfg.n_heads, cfg.kv_heads, core=cfg.attn_impl, kind=kind,
+        core = SlidingWindowCore(window, cfg.attn_impl) if window and kind == "self" else cfg.attn_impl
+        return Attention(cfg.d_model, cfg.n_heads, cfg.kv_heads, core=core, kind=kind,
                          dropout=cfg.dropout, bias=cfg.bias)
 
     def residual() -> nn.Module:
@@ -138,13 +148,14 @@ class Stack(nn.Module):
         self.blocks = nn.ModuleList(make_block(cfg, cross) for _ in range(cfg.n_layers))
         self.norm = make_norm(cfg.norm, cfg.d_model) if cfg.norm_placement == "pre" else nn.Identity()
 
-    def forward(self, x: Tensor, context: Tensor | None = None, caches: list[KVCache] | None = None) -> Tensor:
+    def forward(self, x: Tensor, context: Tensor | None = None,
+                caches: list[KVCache] | list[StaticKVCache] | None = None) -> Tensor:
         if caches is not None and len(caches) != len(self.blocks):
             raise ValueError(f"need one KVCache per layer ({len(self.blocks)}), got {len(caches)}")
         t = x.shape[1]
-        offset = caches[0].length if caches else 0
+        offset, s = caches[0].span(t) if caches else (0, t)               # s: the keys each query attends over
         x = self.drop(self.pos.embed(x, offset))                          # (B, T, d)
-        bias = self.pos.bias(t, offset + t, offset, x.device, x.dtype)    # (H, T, offset+T) or None
+        bias = self.pos.bias(t, s, offset, x.device, x.dtype)             # (H, T, S) or None
         for block, cache in zip(self.blocks, caches or repeat(None)):
             x = block(x, context, causal=self.causal, bias=bias, rotate=self.pos.rotate, cache=cache)
         return self.norm(x)                                               # (B, T, d)
@@ -190,6 +201,33 @@ class Decoder(nn.Module):
 
     def new_caches(self) -> list[KVCache]:
         return [KVCache() for _ in self.stack.blocks]
+
+    # The generation protocol (harness.generation): a state made once, a prefill, then one token per decode call.
+    @staticmethod
+    def cannot_generate(cfg: DecoderConfig) -> str | None:
+        """Why ``cfg`` cannot generate, or None."""
+        if cfg.window is not None and cfg.positions == "alibi":
+            return "a sliding window takes no additive position bias (ALiBi)"
+        return None
+
+    def generation_state(self, batch: int, max_len: int) -> StaticKVState:
+        """One :class:`StaticKVCache` per layer for sequences of at most ``max_len`` positions (a ring of
+        window + 1 slots with a sliding window), on the device and in the dtype of the weights."""
+        cfg = self.cfg
+        return StaticKVState(StaticKVCache(batch, cfg.kv_heads, cfg.head_dim, max_len, cfg.window,
+                                           like=self.tok.weight) for _ in self.stack.blocks)
+
+    def prefill(self, tokens: Tensor, state: StaticKVState) -> Tensor:
+        """Empty ``state`` and run the prompt (B, T) into it -> logits of its last position (B, vocab)."""
+        for cache in state:
+            cache.reset()
+        h = self.stack(self.tok(tokens), caches=list(state))              # (B, T, d)
+        return lm_logits(h[:, -1], self.tok, self.head)                   # (B, vocab): the last position only
+
+    def decode(self, token: Tensor, state: StaticKVState) -> Tensor:
+        """One token (B, 1) after those in ``state`` (written into it) -> its logits (B, vocab)."""
+        h = self.stack(self.tok(token), caches=list(state))               # (B, 1, d)
+        return lm_logits(h[:, -1], self.tok, self.head)                   # (B, vocab)
 
     @torch.no_grad()
     def generate(self, tokens: Tensor, max_new_tokens: int, use_cache: bool = True,

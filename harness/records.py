@@ -23,7 +23,7 @@ STATUSES: tuple[str, ...] = ("ok", "oom", "timeout", "error", "crashed", "skippe
 FAILED: frozenset[str] = frozenset({"error", "crashed"})
 """Statuses that make a run exit 1 and a check fail (an oom, a timeout or a skip is a result)."""
 
-LABEL_KEYS = ("seq_len", "img_size", "batch_size", "dtype", "mode", "device", "compile")
+LABEL_KEYS = ("seq_len", "img_size", "batch_size", "dtype", "mode", "device", "compile", "prompt_len", "new_tokens")
 """Workload fields a case is labelled by (the others, e.g. threads, are the same across a run)."""
 
 

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from harness import flops as flop_counter
-from harness import kernels, memory, registry
+from harness import generation, kernels, memory, registry
 from harness.compiled import compile_model, warm_up_compiled
 from harness.env import usable_cores
 from harness.errors import BenchInputError
@@ -60,9 +60,19 @@ def is_oom(exc: BaseException) -> bool:
                                              or "failed to allocate" in text)
 
 
-def static_bytes(model: nn.Module, inputs: tuple) -> int:
-    """Bytes alive before a step runs: parameters, buffers and inputs."""
-    return memory.tensor_bytes(model) + memory.tensor_bytes(x for x in inputs if isinstance(x, torch.Tensor))
+def static_bytes(model: nn.Module, inputs: tuple, step: object = None) -> int:
+    """Bytes alive before a step runs: parameters, buffers and inputs (and a generation's state)."""
+    state = memory.tensor_bytes(step.state) if isinstance(step, generation.Generation) else 0
+    return (memory.tensor_bytes(model) + memory.tensor_bytes(x for x in inputs if isinstance(x, torch.Tensor))
+            + state)
+
+
+def workload_step(model: nn.Module, inputs: tuple, w: Workload) -> Callable[[], object]:
+    """The timed unit of ``w``: a whole greedy generation for mode "generate" (harness.generation), else
+    :func:`harness.steps.make_step`'s forward or forward + backward."""
+    if w.mode == "generate":
+        return generation.make_generation(model, inputs, w)
+    return make_step(model, inputs, w.mode)
 
 
 def fake_pass(spec: ArchSpec, w: Workload, device: torch.device, want_flops: bool,
@@ -71,10 +81,14 @@ def fake_pass(spec: ArchSpec, w: Workload, device: torch.device, want_flops: boo
     Work the counter cannot count leaves ``macs``/``flops`` out (never a partial count, never 0): the ops and
     why go into ``gaps`` when given, else :class:`harness.flops.UncountedFlopsError` is raised."""
     out: dict[str, float] = {}
-    model, inputs, mode = fake_case(spec, w, device)
+    model, inputs, mode = fake_case(spec, generation.inputs_workload(w), device)
     with mode:
         out["params"] = float(flop_counter.count_params(model))
-        step = make_step(model, inputs, w.mode)
+        step = workload_step(model, inputs, w)
+        if want_flops and isinstance(step, generation.Generation):     # the prefill's own count (its % of peak)
+            prefill = flop_counter.count_flops(generation.prefill_step(step), allow_gaps=gaps is not None)
+            if prefill.complete:
+                out["prefill_macs"] = float(prefill.macs)
         peak: list[int] = []
         if want_flops:   # one fake step both counted and tracked: fake dispatch is the cost here
             counted = flop_counter.count_flops(lambda: peak.append(memory.estimate_peak(step)),
@@ -86,8 +100,8 @@ def fake_pass(spec: ArchSpec, w: Workload, device: torch.device, want_flops: boo
                 gaps.update(counted.gaps)                         # type: ignore[union-attr]
         else:
             peak.append(memory.estimate_peak(step))
-        out["est_peak_bytes"] = float(static_bytes(model, inputs) + peak[0])
-        if spec.cost is not None:
+        out["est_peak_bytes"] = float(static_bytes(model, inputs, step) + peak[0])
+        if spec.cost is not None and w.mode != "generate":   # cost() is of one forward (of seq_len tokens)
             names = {"macs": "analytic_fwd_macs"}   # cost() gives forward MACs whatever the mode
             out.update({names.get(k, f"analytic_{k}"): float(v) for k, v in spec.cost(spec.config, w).items()})
     return out
@@ -171,13 +185,17 @@ def prepare(case: Case, opts: RunOptions, in_use: Sequence[tuple[nn.Module, str]
             return done("ok", note)
         with _timed(metrics, "build"):
             model = MODELS.get(spec, case, in_use=in_use)
-            inputs = cast_inputs(spec.make_inputs(spec.config, w, device), torch_dtype(w))
-            step = make_step(model, inputs, w.mode)
+            inputs = cast_inputs(spec.make_inputs(spec.config, generation.inputs_workload(w), device),
+                                 torch_dtype(w))
+            step = workload_step(model, inputs, w)
         eager_step = None
         if w.compile != "none":     # compiled apart from the steady state, before the memory pass and timing
             with _timed(metrics, "compile"):
                 eager_step = step
-                step = make_step(compile_model(model, w.compile, w.mode), inputs, w.mode, w.compile)
+                if isinstance(step, generation.Generation):     # the decode step compiled; the prefill eager
+                    step = step.with_decode(compile_model(step.decoding, w.compile, "fwd"), compiled=True)
+                else:
+                    step = make_step(compile_model(model, w.compile, w.mode), inputs, w.mode, w.compile)
                 metrics["compile_s"] = warm_up_compiled(step, device, w.compile)
         return Prepared(case, spec, metrics, config, note, t0, model, inputs, step, eager_step)
     except Exception as exc:  # noqa: BLE001 — a case's failure is a result, the sweep goes on
@@ -190,6 +208,9 @@ def add_timing(p: Prepared, timed: TimingResult, load: Load | None) -> None:
     p.metrics.update(summarize_rounds(timed.samples_s, timed.rounds))
     p.metrics.update(cold_ms=timed.cold_s * 1e3, block_size=float(timed.block_size),
                      throughput_per_s=w.batch_size / (p.metrics["median_ms"] / 1e3))
+    if isinstance(p.step, generation.Generation):      # the timed calls' own clocks: TTFT, TPOT, ITL, tokens/s
+        traces = generation.timed_traces(p.step, len(timed.samples_s), timed.block_size)
+        p.metrics.update(generation.figures(p.step, traces, w))
     if timed.l2_flush_bytes:
         p.metrics["l2_flush_bytes"] = float(timed.l2_flush_bytes)
     if load is not None:
@@ -222,7 +243,7 @@ def measure_memory(p: Prepared) -> None:
         p.metrics.update({k: float(v) for k, v in memory.measure_peak_cuda(p.step, device).items()})
         p.metrics["peak_bytes"] = p.metrics["cuda_max_allocated_bytes"]
     else:
-        static = static_bytes(p.model, p.inputs)
+        static = static_bytes(p.model, p.inputs, p.step)
         peak = memory.measure_peak_cpu(p.step)
         p.metrics["activation_peak_bytes"] = float(peak["tensor_peak_bytes"])
         p.metrics["peak_bytes"] = float(static + peak["tensor_peak_bytes"])

@@ -17,7 +17,11 @@ from harness.records import CaseRecord, Status
 DTYPE_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2}
 """The numeric types a workload may name, with their bytes per element (torch types: harness.torch_types)."""
 DTYPES: tuple[str, ...] = tuple(DTYPE_BYTES)
-MODES: tuple[str, ...] = ("fwd", "fwd_bwd")
+# "generate": a greedy generation of new_tokens after a prompt of prompt_len (harness.generation)
+MODES: tuple[str, ...] = ("fwd", "fwd_bwd", "generate")
+GENERATION_KEYS: tuple[str, ...] = ("prompt_len", "new_tokens")   # the fields of mode "generate" (and only of it)
+GENERATION_PROTOCOL: tuple[str, ...] = ("generation_state", "prefill", "decode")
+"""The methods a model class has when it can generate (harness.generation)."""
 METRICS: tuple[str, ...] = ("latency", "memory", "flops")
 # How a case's model runs (harness.compiled): eager, or torch.compile with one of its modes; "cudagraphs" is
 # CUDA-only (torch.compile mode="reduce-overhead": inductor kernels replayed as CUDA graphs).
@@ -27,7 +31,11 @@ CUDA_ONLY_COMPILES: frozenset[str] = frozenset({"cudagraphs"})
 
 @dataclass(frozen=True)
 class Workload:
-    """What a model is run on: sizes, numeric type, pass, device, CPU threads and execution (eager/compiled)."""
+    """What a model is run on: sizes, numeric type, pass, device, CPU threads and execution (eager/compiled).
+
+    ``mode = "generate"`` (harness.generation) times whole greedy generations: ``prompt_len`` tokens prefilled,
+    then ``new_tokens`` produced; it takes those two fields instead of ``seq_len``, and no other mode takes them.
+    """
 
     batch_size: int = 1
     seq_len: int | None = None
@@ -37,9 +45,11 @@ class Workload:
     device: str = "cpu"
     threads: int = 0  # 0: the harness default (every core this process may use)
     compile: str = "none"  # one of COMPILES (harness.compiled); not part of a case's key while "none"
+    prompt_len: int | None = None  # mode "generate": tokens of the prompt (prefilled at once)
+    new_tokens: int | None = None  # mode "generate": tokens generated (the first by the prefill, then one per step)
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "seq_len", "img_size"):
+        for name in ("batch_size", "seq_len", "img_size", *GENERATION_KEYS):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
                 raise BenchInputError(f"must be a positive integer, got {value!r}", where=name)
@@ -49,6 +59,16 @@ class Workload:
             raise BenchInputError(f"unknown dtype {self.dtype!r}; expected one of {sorted(DTYPES)}", where="dtype")
         if self.mode not in MODES:
             raise BenchInputError(f"unknown mode {self.mode!r}; expected one of {list(MODES)}", where="mode")
+        if self.mode == "generate":
+            for name in GENERATION_KEYS:
+                if getattr(self, name) is None:
+                    raise BenchInputError(f"mode \"generate\" needs {name}", where=name)
+            if self.seq_len is not None:
+                raise BenchInputError("mode \"generate\" takes prompt_len and new_tokens, not seq_len", where="seq_len")
+        else:
+            for name in GENERATION_KEYS:
+                if getattr(self, name) is not None:
+                    raise BenchInputError(f"{name} needs mode = \"generate\" (the mode is {self.mode!r})", where=name)
         if not isinstance(self.device, str) or self.device.split(":")[0] not in ("cpu", "cuda", "mps"):
             raise BenchInputError(f"unknown device {self.device!r}; expected cpu, cuda or cuda:N", where="device")
         if self.compile not in COMPILES:
@@ -68,7 +88,7 @@ WORKLOAD_KEYS: frozenset[str] = frozenset(f.name for f in dataclasses.fields(Wor
 # Workload fields added after case keys were first stored (runs, ``--resume``, the CI baseline): left out of a
 # case's key and stored workload while at their default, so every case that existed before keeps its key. A
 # field added from now on goes here too.
-OMITTED_WHEN_DEFAULT: frozenset[str] = frozenset({"compile"})
+OMITTED_WHEN_DEFAULT: frozenset[str] = frozenset({"compile", "prompt_len", "new_tokens"})
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(Workload)}
 
 
@@ -115,11 +135,28 @@ def workload_overrides(config: Any, w: Workload) -> dict[str, Any]:
 
 def check_workload(spec: ArchSpec, w: Workload) -> None:
     """A BenchInputError naming the workload field an architecture (resolved: its config as the case builds it)
-    cannot take: a sequence longer than its ``max_len`` (learned positions)."""
+    cannot take: a sequence longer than its ``max_len`` (learned positions); a generation (mode ``generate``) on a
+    model without the generation protocol (an encoder, a CNN), a config the model refuses
+    (``cannot_generate(config)``: a reason, or None), or ``prompt_len + new_tokens`` past its ``max_seq_len``."""
     limit = spec.max_len(spec.config) if spec.max_len is not None else None
     if w.seq_len and limit is not None and w.seq_len > limit:
         raise BenchInputError(f"{w.seq_len} is past the {limit} positions {spec.name} can take (its learned "
                               "positions end there: raise max_seq_len with it)", where="seq_len")
+    if w.mode != "generate":
+        return
+    missing = [m for m in GENERATION_PROTOCOL if not callable(getattr(spec.build, m, None))]
+    if missing:
+        raise BenchInputError(f"{spec.name} ({spec.family}) cannot generate: its model has no "
+                              f"{', '.join(missing)} (decoders and Mamba can)", where="mode")
+    refusal = getattr(spec.build, "cannot_generate", None)
+    reason = refusal(spec.config) if callable(refusal) else None
+    if reason:
+        raise BenchInputError(f"{spec.name} cannot generate: {reason}", where="mode")
+    total = (w.prompt_len or 0) + (w.new_tokens or 0)
+    max_seq = getattr(spec.config, "max_seq_len", None)
+    if max_seq is not None and total > max_seq:
+        raise BenchInputError(f"prompt_len {w.prompt_len} + new_tokens {w.new_tokens} = {total} exceeds "
+                              f"{spec.name}'s max_seq_len {max_seq}", where="new_tokens")
 
 
 def _fields(config: Any) -> set[str]:
@@ -161,6 +198,7 @@ class Case:
 
     def label(self) -> str:
         w = self.workload
-        sizes = ", ".join(f"{k}={v}" for k, v in (("seq_len", w.seq_len), ("img_size", w.img_size)) if v)
+        sizes = ", ".join(f"{k}={v}" for k, v in (("seq_len", w.seq_len), ("img_size", w.img_size),
+                                                  ("prompt_len", w.prompt_len), ("new_tokens", w.new_tokens)) if v)
         run = f" compile={w.compile}" if w.compile != "none" else ""
         return f"{self.line} | {self.arch} | bs={w.batch_size} {sizes} {w.dtype} {w.mode}{run}"

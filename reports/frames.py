@@ -13,7 +13,8 @@ import pandas as pd
 from harness.records import CaseRecord
 
 ID_COLUMNS = ["case_key", "suite", "line", "arch", "status", "message"]
-RATE_COLUMNS = ("achieved_flops_per_s", "executed_flops_per_s", "peak_share")
+RATE_COLUMNS = ("achieved_flops_per_s", "executed_flops_per_s", "peak_share", "prefill_peak_share", "decode_bound_ms",
+                "bandwidth_bound_share")
 Records = Sequence[CaseRecord]
 
 
@@ -75,11 +76,34 @@ def rates(rec: CaseRecord, peak: dict[str, Any] | None = None) -> dict[str, floa
     if not rec.ok or not flops or not median_ms or median_ms <= 0:
         return {}
     out = {"achieved_flops_per_s": flops / (median_ms / 1e3)}
+    out.update(generation_rates(rec, peak))
     if rec.metric("executed_macs") is not None:
         out["executed_flops_per_s"] = 2.0 * rec.metric("executed_macs") / (median_ms / 1e3)
     top = peak_flops(peak, *device_dtype(rec))
     if top:
         out["peak_share"] = out.get("executed_flops_per_s", out["achieved_flops_per_s"]) / top
+    return out
+
+
+def generation_rates(rec: CaseRecord, peak: dict[str, Any] | None) -> dict[str, float]:
+    """A generation case's (harness.generation) distance from the physical limits, from the run's calibrated peak:
+
+    * ``prefill_peak_share``: the prefill's counted FLOPs (2·``prefill_macs``) per ``ttft_ms``, over the matmul peak
+      of its device and dtype (the usual % of compute peak, for the prefill alone);
+    * ``decode_bound_ms``: ``decode_min_bytes`` (weights + KV read and written per step) / the calibrated copy
+      bandwidth — no decode step can be faster; ``bandwidth_bound_share``: decode_bound_ms / ``tpot_ms`` (1.0 = at
+      the bandwidth bound; above 1 means the bound's bytes were not all moved, e.g. weights that stayed in cache).
+    """
+    out: dict[str, float] = {}
+    ttft, prefill_macs = rec.metric("ttft_ms"), rec.metric("prefill_macs")
+    top = peak_flops(peak, *device_dtype(rec))
+    if top and ttft and prefill_macs:
+        out["prefill_peak_share"] = 2.0 * prefill_macs / (ttft / 1e3) / top
+    bw, min_bytes, tpot = peak_bandwidth(peak, device_dtype(rec)[0]), rec.metric("decode_min_bytes"), rec.metric("tpot_ms")
+    if bw and min_bytes:
+        out["decode_bound_ms"] = min_bytes / bw * 1e3
+        if tpot:
+            out["bandwidth_bound_share"] = out["decode_bound_ms"] / tpot
     return out
 
 

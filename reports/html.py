@@ -20,6 +20,7 @@ from markupsafe import Markup
 
 from harness.errors import BenchInputError
 from harness.records import CaseRecord, RunRecord
+from reports import generation as gen
 from reports.claims_view import claims_section
 from reports.findings import FIT_METRICS, Findings, run_findings
 from reports.jinja import template_env
@@ -90,6 +91,7 @@ def _run_context(index: int, run: RunRecord, records: Sequence[CaseRecord]) -> d
         "not_measured": [metric_view(m).name for m in figure_metrics(spec)
                          if m not in {fig["metric"] for fig in figures}] if records else [],
         "roofline": _roofline(run, records) if records else None,
+        "generation": _generation(records, run.peak),
         "cases": case_table(records, f.axis, run.peak), "raw": raw_stats(records, f.axis),
     }
 
@@ -105,6 +107,32 @@ def _figures(records: Sequence[CaseRecord], spec: PlotSpec, f: Findings) -> list
         out.append({"metric": metric, "name": metric_view(metric).name,
                     "svg": Markup(figure_svg(fig))})       # matplotlib's SVG: its text is XML-escaped
     return out
+
+
+def _generation(records: Sequence[CaseRecord], peak: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The generation section (reports.generation): slopes per line, tokens/s against batch, bounds per case."""
+    if not any(gen.is_generation(r) for r in records):
+        return None
+    figures = []
+    for series in gen.batch_series(records):
+        spec = PlotSpec(x="batch_size", y="decode_tokens_per_s", x_log=True, y_log=True, numeric=True,
+                        title=f"decode tokens/s vs batch · {series.label}")
+        fig = metric_figure(gen.batch_records(records, series), "decode_tokens_per_s", spec, None, title=spec.title)
+        figures.append(Markup(figure_svg(fig)))
+    fmt = lambda v, f="{:,.3g}": "—" if v is None else f.format(v)   # noqa: E731
+    return {
+        "slopes": [{"line": s.line, "n": s.n, "ttft": fmt(s.ttft_us_per_token), "ttft0": fmt(s.ttft_intercept_ms),
+                    "tpot": fmt(s.tpot_us_per_token), "tpot0": fmt(s.tpot_intercept_ms)} for s in gen.line_slopes(records)],
+        "batches": [{"label": b.label, "knee": b.knee, "points": ", ".join(f"b={x}: {t:,.0f} tok/s ({p:.3g} ms)"
+                                                                           for x, t, p in b.points)}
+                    for b in gen.batch_series(records)],
+        "figures": figures, "knee_ratio": gen.KNEE_TPOT_RATIO,
+        "cases": [{k: (fmt(v) if isinstance(v, float) else v) for k, v in row.items()}
+                  | {"bw_share": fmt(row["bw_share"] * 100 if row["bw_share"] is not None else None, "{:.1f} %"),
+                     "prefill_peak": fmt(row["prefill_peak"] * 100 if row["prefill_peak"] is not None else None,
+                                         "{:.1f} %")}
+                  for row in gen.case_rows(records, peak)],
+    }
 
 
 def _roofline(run: RunRecord, records: Sequence[CaseRecord]) -> dict[str, Any]:

@@ -48,6 +48,12 @@ FIGURE_METRICS: dict[str, MetricView] = {
     "peak_bytes": MetricView("peak memory", "peak memory (MiB)", MiB),
     "macs": MetricView("MACs", "GMACs", 1e9),
     "throughput_per_s": MetricView("throughput", "throughput (items/s)"),
+    # generation cases (harness.generation): drawn only where a run has them
+    "ttft_ms": MetricView("TTFT", "time to first token (ms)"),
+    "tpot_ms": MetricView("TPOT", "time per output token after the first (ms)"),
+    "itl_p99_ms": MetricView("ITL p99", "inter-token latency, p99 (ms)"),
+    "output_tokens_per_s": MetricView("output tokens/s", "output tokens per second (whole generation)"),
+    "kv_cache_bytes": MetricView("KV cache", "KV cache / state (MiB)", MiB),
 }
 """The figures of a run, in order (the suite's plot ``y`` leads when it names another metric)."""
 

@@ -80,6 +80,8 @@ PINNED_CPU_KEYS = {
     ("ssm_vs_attention", True): (45, "998467fc4f5919f4"),
     ("vision_zoo", False): (24, "f3b75db7ccd86cd3"),
     ("vision_zoo", True): (16, "71c9f7293162f9b7"),
+    ("generation", False): (54, "31b4f7744fae76d8"),
+    ("generation", True): (12, "a5330781505b48a8"),
 }
 """(suite, --quick) -> (cases, sha1 of their keys in order) without --device cuda, taken before the [cuda] tables
 were added: a CPU run of every built-in suite keeps its cases and keys (stored runs, --resume and the CI
@@ -102,7 +104,7 @@ def test_cpu_cases_are_pinned(path, quick):
     assert [c.key for c in load_suite(str(path), quick=quick, sets={"device": "cpu"}).cases] == keys
 
 
-CUDA_SUITES = ("attention_scaling", "vit_vs_cnn", "long_sequence", "kv_cache", "heads")
+CUDA_SUITES = ("attention_scaling", "vit_vs_cnn", "long_sequence", "kv_cache", "heads", "generation")
 
 
 @pytest.mark.parametrize("quick", [False, True], ids=["full", "quick"])

@@ -192,6 +192,13 @@ class Core(nn.Module):
         """Forward MACs of one call on t queries and s (default t) keys, as :mod:`harness.flops` counts them."""
         raise NotImplementedError
 
+    def decode_window(self) -> int | None:
+        """How a :class:`StaticKVCache` decodes one token for this core: None = exact attention over every
+        cached key, w = only the keys at most w positions back (a ring buffer of w + 1 slots holds them); the
+        one token is then mixed by ``self.kernel`` under the cache's mask. A core that cannot decode from a
+        cache (Linformer, Performer, BigBird, ...) raises ``ValueError``."""
+        raise ValueError(f"{type(self).__name__} cannot decode one token from a static KV cache")
+
 
 class ExactCore(Core):
     """softmax(q·kᵀ·scale + bias)·v over every (visible) key, through the kernel chosen once here.
@@ -216,6 +223,9 @@ class ExactCore(Core):
 
     def macs(self, heads: Heads, batch: int, t: int, s: int | None = None, causal: bool = False) -> int:
         return exact_mix_macs(batch, t, heads.n_heads, heads.head_dim, s)
+
+    def decode_window(self) -> int | None:
+        return None
 
     def extra_repr(self) -> str:
         return f"impl={self.impl!r}"
@@ -252,7 +262,7 @@ class Attention(nn.Module):
 
     def forward(self, x: Tensor, context: Tensor | None = None, *, causal: bool = False,
                 bias: Tensor | None = None, rotate: Rotation | None = None,
-                cache: KVCache | None = None) -> Tensor:
+                cache: KVCache | StaticKVCache | None = None) -> Tensor:
         """x: (B, T, d_model); context: (B, S, context_dim) for cross-attention. Returns (B, T, d_model)."""
         b, t, d = x.shape
         hd, h, hkv = self.head_dim, self.n_heads, self.n_kv_heads
@@ -265,12 +275,16 @@ class Attention(nn.Module):
             q = self.q(x).view(b, t, h, hd).transpose(1, 2)               # (B, H, T, hd)
             kv = self.kv(context).view(b, -1, 2 * hkv, hd).transpose(1, 2)   # (B, 2·Hkv, S, hd)
             k, v = kv.split(hkv, dim=1)                                   # 2 × (B, Hkv, S, hd)
-        offset = cache.length if cache is not None else 0
+        offset = cache.span(t)[0] if cache is not None else 0             # an int, or a static cache's 0-d tensor
         if rotate is not None:
             q, k = rotate(q, k, offset)
-        if cache is not None:
-            k, v = cache.append(k, v)                                     # (B, Hkv, offset+S, hd)
-        y = self.core(q, k, v, bias, causal, offset, self.dropout if self.training else 0.0, self.scale)
+        dropout = self.dropout if self.training else 0.0
+        if isinstance(cache, StaticKVCache):
+            y = cache.mix(self.core, q, k, v, bias, causal, dropout, self.scale)   # (B, H, T, hd)
+        else:
+            if cache is not None:
+                k, v = cache.append(k, v)                                 # (B, Hkv, offset+S, hd)
+            y = self.core(q, k, v, bias, causal, offset, dropout, self.scale)
         return self.out(y.transpose(1, 2).reshape(b, t, d))               # (B, H, T, hd) -> (B, T, d)
 
     def mix_macs(self, batch: int, t: int, s: int | None = None, causal: bool = False) -> int:
@@ -289,6 +303,10 @@ class KVCache:
     def length(self) -> int:
         return 0 if self.k is None else self.k.shape[2]
 
+    def span(self, t: int) -> tuple[int, int]:
+        """(position of the first of ``t`` new tokens, number of keys they attend over)."""
+        return self.length, self.length + t
+
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
         self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
@@ -296,3 +314,114 @@ class KVCache:
 
     def nbytes(self) -> int:
         return 0 if self.k is None else self.k.nbytes + self.v.nbytes
+
+
+class StaticKVCache(nn.Module):
+    """A preallocated KV cache for generation (gpt-fast's static cache): ``k``, ``v`` buffers of
+    (B, Hkv, size, hd) written in place, never concatenated or reallocated, so a decode step has static shapes
+    (what ``torch.compile`` and CUDA graphs need) and moves only the bytes it reads and the one slot it writes.
+
+    * ``size = max_len`` for exact attention: slot j holds position j.
+    * ``size = window + 1`` (when smaller than ``max_len``) for a sliding-window core (:meth:`Core.decode_window`):
+      a **ring buffer**, slot ``p % size`` holds position p; memory is bounded by the window, not the sequence.
+
+    Two kinds of call (:meth:`mix`): a **prefill** of T > 1 prompt tokens into an empty cache (the core mixes the
+    prompt's own k, v as without a cache, then the last ``min(T, size)`` positions are written), then **decode**
+    calls of one token each: its k, v are written at its slot (``index_copy_``), and it attends over the whole
+    buffer under a mask of the filled slots at most ``window`` positions back (``slot_pos``: the position each
+    slot holds, -1 while empty). The position is the 0-d tensor ``pos``, advanced in place, so a compiled
+    decode step never specialises on it. ``nbytes()`` is exactly :func:`static_kv_bytes`.
+    """
+
+    def __init__(self, batch: int, n_kv_heads: int, head_dim: int, max_len: int, window: int | None = None, *,
+                 like: Tensor) -> None:
+        super().__init__()
+        if max_len <= 0 or (window is not None and window <= 0):
+            raise ValueError(f"need max_len > 0 and window > 0, got {max_len}, {window}")
+        self.max_len, self.window = max_len, window
+        self.size = static_kv_slots(max_len, window)
+        self.ring = self.size < max_len
+        shape = (batch, n_kv_heads, self.size, head_dim)
+        self.register_buffer("k", like.new_zeros(shape), persistent=False)             # (B, Hkv, size, hd)
+        self.register_buffer("v", like.new_zeros(shape), persistent=False)             # (B, Hkv, size, hd)
+        self.register_buffer("slot_pos", torch.full((self.size,), -1, dtype=torch.long, device=like.device),
+                             persistent=False)                                         # (size,)
+        self.register_buffer("pos", torch.zeros((), dtype=torch.long, device=like.device), persistent=False)
+        self.prefilled = False
+
+    def reset(self) -> None:
+        """Empty the cache for a new sequence (the k/v contents are masked out, not cleared)."""
+        self.pos.zero_()
+        self.slot_pos.fill_(-1)
+        self.prefilled = False
+
+    def nbytes(self) -> int:
+        """Bytes of the k and v buffers (the int64 bookkeeping, 8·(size + 1) bytes, is not KV cache)."""
+        return self.k.nbytes + self.v.nbytes
+
+    def span(self, t: int) -> tuple[int | Tensor, int]:
+        """(position of the first of ``t`` new tokens, number of keys they attend over): (0, T) for a prefill,
+        (``pos``, ``size``) for a decode step."""
+        return (0, t) if t > 1 else (self.pos, self.size)
+
+    def mix(self, core: Core, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, causal: bool,
+            dropout_p: float, scale: float | None) -> Tensor:
+        """Write k, v (B, Hkv, T, hd) into the cache and mix q (B, H, T, hd) with what it holds -> (B, H, T, hd)."""
+        t = q.shape[2]
+        if t > 1:
+            if self.prefilled:
+                raise ValueError("a static KV cache takes one prompt (T > 1) and then one token per call; "
+                                 "call reset() before another prompt")
+            y = core(q, k, v, bias, causal, 0, dropout_p, scale)
+            keep = min(t, self.size)                                      # the ring keeps the last `size` positions
+            positions = torch.arange(t - keep, t, device=k.device)        # (keep,)
+            slots = positions % self.size
+            self.k.index_copy_(2, slots, k[:, :, t - keep:])
+            self.v.index_copy_(2, slots, v[:, :, t - keep:])
+            self.slot_pos.index_copy_(0, slots, positions)
+            self.pos.fill_(t)
+            self.prefilled = True
+            return y
+        window = core.decode_window()
+        if bias is not None and self.ring:
+            raise ValueError("an additive position bias (ALiBi) cannot read a ring buffer (its slots are not "
+                             "in position order)")
+        slot = (self.pos % self.size).view(1)                            # (1,)
+        self.k.index_copy_(2, slot, k)
+        self.v.index_copy_(2, slot, v)
+        self.slot_pos.index_copy_(0, slot, self.pos.view(1))
+        keep = (self.slot_pos >= 0) & (self.slot_pos <= self.pos)       # (size,)
+        if window is not None:
+            keep = keep & (self.pos - self.slot_pos <= window)
+        self.pos.add_(1)
+        return core.kernel(q, self.k, self.v, bias, keep.view(1, 1, 1, -1), dropout_p, scale)
+
+    def step_bytes(self, context: int) -> int:
+        """Bytes a decode step after ``context`` positions must at least move here: the k/v of the (at most
+        ``size - 1``) earlier positions it attends to, read, and its own slot, written."""
+        slot = self.k[:, :, 0].nbytes + self.v[:, :, 0].nbytes
+        return (min(context, self.size - 1) + 1) * slot
+
+    def extra_repr(self) -> str:
+        return f"size={self.size}, window={self.window}, ring={self.ring}"
+
+
+class StaticKVState(nn.ModuleList):
+    """A decoder's generation state: one :class:`StaticKVCache` per layer."""
+
+    def nbytes(self) -> int:
+        return sum(c.nbytes() for c in self)
+
+    def step_bytes(self, context: int) -> int:
+        return sum(c.step_bytes(context) for c in self)
+
+
+def static_kv_slots(max_len: int, window: int | None = None) -> int:
+    """Slots of a :class:`StaticKVCache`: ``max_len``, or ``window + 1`` when that is smaller (a ring buffer)."""
+    return max_len if window is None else min(max_len, window + 1)
+
+
+def static_kv_bytes(batch: int, n_kv_heads: int, head_dim: int, max_len: int, window: int | None,
+                    itemsize: int) -> int:
+    """Analytic bytes of one layer's :class:`StaticKVCache`: k and v, 2·B·Hkv·slots·hd·itemsize."""
+    return 2 * batch * n_kv_heads * static_kv_slots(max_len, window) * head_dim * itemsize

@@ -147,6 +147,10 @@ class SlidingWindowCore(Core):
     def extra_repr(self) -> str:
         return f"window={self.window}"
 
+    def decode_window(self) -> int | None:
+        """One decoded token sees its ``window`` predecessors and itself: a ring of window + 1 slots."""
+        return self.window
+
 
 @functools.lru_cache(maxsize=256)
 def bigbird_pattern(nb: int, n_global: int, n_random: int, seed: int) -> tuple[tuple[int, ...], ...]:

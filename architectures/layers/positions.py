@@ -2,7 +2,8 @@
 
 A scheme may add to the token embeddings (``embed``), give an additive attention bias
 (``bias``: ALiBi) or rotate q/k (``rotate``: RoPE); the model hands the last two to the one
-attention's hooks. Every hook takes the position ``offset`` of the first token, so the schemes
+attention's hooks. Every hook takes the position ``offset`` of the first token (an int, or a 0-d tensor
+when a static KV cache decodes: a compiled decode step then never specialises on it), so the schemes
 work with a KV cache (the cached keys were embedded/rotated at their own positions).
 
 =============  =========  =======================  ======================
@@ -29,6 +30,13 @@ PositionKind = Literal["none", "learned", "sinusoidal", "rope", "alibi"]
 POSITION_KINDS: tuple[str, ...] = ("none", "learned", "sinusoidal", "rope", "alibi")
 
 
+def _positions(t: int, offset: int | Tensor, device: torch.device | None, dtype: torch.dtype) -> Tensor:
+    """Positions offset … offset+t-1 (T,): ``offset`` an int, or a static KV cache's 0-d tensor."""
+    if isinstance(offset, Tensor):
+        return torch.arange(t, device=device, dtype=dtype) + offset
+    return torch.arange(offset, offset + t, device=device, dtype=dtype)
+
+
 class Positions(nn.Module):
     """Base and ``"none"``: no position information (self-attention stays permutation-equivariant)."""
 
@@ -53,6 +61,8 @@ class LearnedPositions(Positions):
 
     def embed(self, x: Tensor, offset: int = 0) -> Tensor:
         t = x.shape[1]
+        if isinstance(offset, Tensor):                          # a static cache's position (generation)
+            return x + self.table(offset + torch.arange(t, device=x.device))   # (T, d) broadcast over B
         if offset + t > self.max_len:
             raise ValueError(f"learned positions cover {self.max_len} tokens; got position {offset + t - 1}"
                              f" (raise max_seq_len or use sinusoidal/rope/alibi positions)")
@@ -73,7 +83,7 @@ class SinusoidalPositions(Positions):
     def table(self, t: int, offset: int, device: torch.device, dtype: torch.dtype) -> Tensor:
         work = torch.float64 if dtype == torch.float64 else torch.float32
         inv_freq = torch.exp(torch.arange(0, self.d, 2, device=device, dtype=work) * (-math.log(10000.0) / self.d))
-        pos = torch.arange(offset, offset + t, device=device, dtype=work)
+        pos = _positions(t, offset, device, work)                  # (T,)
         angles = pos[:, None] * inv_freq[None, :]               # (T, d/2)
         pe = torch.stack([angles.sin(), angles.cos()], dim=-1)  # (T, d/2, 2)
         return pe.flatten(1)[:, : self.d].to(dtype)              # (T, d)
@@ -100,7 +110,7 @@ class RotaryPositions(Positions):
         Angles in fp32 whatever the dtype of q and k."""
         t, hd = q.shape[-2], self.head_dim
         inv_freq = self.base ** (-torch.arange(0, hd, 2, device=q.device, dtype=torch.float32) / hd)   # (hd/2,)
-        pos = torch.arange(offset, offset + t, device=q.device, dtype=torch.float32)
+        pos = _positions(t, offset, q.device, torch.float32)            # (T,)
         angles = pos[:, None] * inv_freq[None, :]                        # (T, hd/2)
         angles = torch.cat([angles, angles], dim=-1)                     # (T, hd)
         cos, sin = angles.cos().to(q.dtype), angles.sin().to(q.dtype)
@@ -145,7 +155,7 @@ class AlibiPositions(Positions):
 
     def bias(self, t: int, s: int, offset: int = 0, device: torch.device | None = None,
              dtype: torch.dtype = torch.float32) -> Tensor:
-        i = torch.arange(offset, offset + t, device=device)[:, None]
+        i = _positions(t, offset, device, torch.long)[:, None]          # (T, 1)
         j = torch.arange(s, device=device)[None, :]
         distance = (i - j).abs().float()                                 # (T, S)
         return (-self.slopes(device)[:, None, None] * distance).to(dtype)   # (H, T, S)

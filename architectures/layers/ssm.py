@@ -367,6 +367,14 @@ class MambaMixer(nn.Module):
         e = self.D.shape[0]                                               # h (B, E, N), conv window (B, E, d_conv-1)
         return like.new_zeros(batch, e, self.d_state), like.new_zeros(batch, e, self.d_conv - 1)
 
+    def prefill(self, hidden: Tensor) -> tuple[Tensor, tuple[Tensor, ...]]:
+        """A whole prompt (B, L, d) in parallel (the scan) -> (y (B, L, d), the state after it, as ``step``'s)."""
+        x, z = self.in_proj(hidden).chunk(2, dim=-1)                      # (B, L, E) each
+        padded = F.pad(x.transpose(1, 2), (self.d_conv - 1, 0))           # (B, E, d_conv-1+L)
+        conv = padded[:, :, padded.shape[2] - (self.d_conv - 1):]         # (B, E, d_conv-1): the last inputs
+        y, h = self._ssm(F.silu(self.conv1d(padded).transpose(1, 2)), z, None)
+        return y, (h, conv)
+
     def step(self, hidden: Tensor, state: tuple[Tensor, ...]) -> tuple[Tensor, tuple[Tensor, ...]]:
         """One position (B, 1, d) from (h (B, E, N), conv (B, E, d_conv-1)) -> (y (B, 1, d), new state)."""
         h, conv = state
@@ -396,6 +404,13 @@ class SSMBlock(nn.Module):
         if self.reverse is not None:
             raise ValueError("a bidirectional block cannot be stepped one position at a time")
         y, state = self.mixer.step(self.norm(x), state)
+        return x + y, state
+
+    def prefill(self, x: Tensor) -> tuple[Tensor, tuple[Tensor, ...]]:
+        """A prompt (B, L, d) -> (B, L, d) and the mixer's state after it (mixers with a ``prefill`` only)."""
+        if self.reverse is not None or not hasattr(self.mixer, "prefill"):
+            raise ValueError(f"{type(self.mixer).__name__} cannot prefill a generation (causal Mamba only)")
+        y, state = self.mixer.prefill(self.norm(x))
         return x + y, state
 
 
