@@ -46,7 +46,6 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from harness.errors import BenchInputError
 from harness.spec import GENERATION_PROTOCOL, Workload
 
 PROTOCOL: tuple[str, ...] = GENERATION_PROTOCOL       # checked by harness.spec.check_workload
