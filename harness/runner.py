@@ -17,9 +17,10 @@ import torch
 from torch import nn
 
 from harness import flops as flop_counter
-from harness import kernels, memory, registry
+from harness import energy, kernels, memory, registry
 from harness.compiled import compile_model, warm_up_compiled
 from harness.env import usable_cores
+from harness.energy import EnergyConfig
 from harness.errors import BenchInputError
 from harness.fake import fake_case
 from harness.load import Load, LoadMonitor
@@ -45,6 +46,8 @@ class RunOptions:
     debug: bool = False
     plugins: tuple[str, ...] = ()   # plug-in files (``--plugin``), imported once per process before a case
     interleave: bool = False        # time the cases of a sweep point side by side (harness.runner.run_group)
+    energy: bool = False            # the energy pass (harness.energy) after timing, where a counter is readable
+    energy_config: EnergyConfig = EnergyConfig()
 
 
 def resolved_threads(w: Workload) -> int:
@@ -230,6 +233,33 @@ def measure_memory(p: Prepared) -> None:
             p.metrics["rss_delta_bytes"] = float(peak["rss_hwm_bytes"] - peak["rss_before_bytes"])
 
 
+def energy_pass(p: Prepared, opts: RunOptions) -> None:
+    """The energy pass (``opts.energy``; separate from the timed samples, like the memory pass): the case's step
+    repeated over a window long enough for the device's energy counter (:func:`harness.energy.measure_energy`),
+    its seconds counted as the ``energy`` part (harness.overhead). Where no counter is readable, or the counter
+    fails, the energy metrics stay absent and the note says why (never a 0)."""
+    if not opts.energy or "latency" not in p.case.metrics:
+        return
+    w = p.case.workload
+    meter = energy.find_meter(w.device)
+    if isinstance(meter, energy.Absent):
+        p.note = "; ".join(x for x in (p.note, f"energy not measured: {meter.reason}") if x)
+        return
+    device = torch.device(w.device)
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    with _timed(p.metrics, "energy"):
+        try:
+            result = energy.measure_energy(p.step, meter, opts.energy_config, sync)
+        except energy.EnergyError as exc:
+            p.note = "; ".join(x for x in (p.note, f"energy not measured: {exc}") if x)
+            return
+    p.metrics.update(result.metrics(w.batch_size, w.seq_len))
+    if not result.step_ok:
+        p.note = "; ".join(x for x in (p.note, f"energy: counter step {result.step_j:.3g} J is "
+                                       f"{result.step_j / result.energy_j:.1%} of the window's energy "
+                                       f"(over 2 %) at the {result.window_s:.1f} s cap") if x)
+
+
 def ok_record(p: Prepared, samples: tuple[float, ...] = (), rounds: tuple[int, ...] = (), group: str = ""
             ) -> CaseRecord:
     return p.case.record("ok", p.note, config=p.config, metrics=p.metrics, samples_s=samples, rounds=rounds,
@@ -258,6 +288,7 @@ def run_case(case: Case, opts: RunOptions) -> CaseRecord:
             add_timing(p, timed, monitor.stop())
             add_time_parts(p, timed)
         memory_and_kernels(p)
+        energy_pass(p, opts)
         return ok_record(p, timed.samples_s if timed else (), timed.rounds if timed else ())
     except Exception as exc:  # noqa: BLE001 — a case's failure is a result, the sweep goes on
         MODELS.clear()            # a failed step may leave its model half-way (and an OOM wants the memory)
@@ -326,6 +357,7 @@ def run_group(cases: Sequence[Case], opts: RunOptions) -> list[CaseRecord]:
             flush()                       # measure those already built, then start a new sub-group with this one
         try:
             memory_and_kernels(p)
+            energy_pass(p, opts)
         except Exception as exc:  # noqa: BLE001
             MODELS.clear()
             out[case.key] = failed_record(case, exc, opts, config=p.config, metrics=p.metrics,

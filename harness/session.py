@@ -23,6 +23,7 @@ from harness.runner import RunOptions
 from harness.spec import Case
 from harness.store import Store
 from harness.suite import Suite
+from harness.energy import EnergyConfig
 from harness.timing import TimingConfig
 
 log = logging.getLogger("bench")
@@ -30,6 +31,8 @@ log = logging.getLogger("bench")
 
 def run_options(quick: bool, timeout: float | None = None, **kw: Any) -> RunOptions:
     """The timing and per-case timeout of a ``--quick`` or full run (timeout default 120 s / 600 s)."""
+    if quick:
+        kw.setdefault("energy_config", EnergyConfig.quick())
     return RunOptions(timing=TimingConfig.quick() if quick else TimingConfig(),
                       timeout_s=timeout or (120.0 if quick else 600.0), **kw)
 

@@ -173,3 +173,58 @@ def test_nvml_counter_on_the_gpu():
     assert r.power_integral_j == pytest.approx(r.energy_j, rel=0.25)
     limit_w = pynvml.nvmlDeviceGetEnforcedPowerLimit(m._handle) / 1e3
     assert 0 < r.avg_power_w < 1.5 * limit_w
+
+
+# -- the energy pass in a run (bench run --energy / --require-energy), inline so the patches reach the cases ----
+ONE_CASE = """
+name = "tiny-energy"
+metrics = ["latency", "memory", "flops"]
+fixed = { arch = "decoder-tiny", batch_size = 2 }
+sweep = { seq_len = [16] }
+"""
+
+
+def test_run_with_a_counter_stores_energy_beside_time(tmp_path, monkeypatch):
+    from harness.overhead import RunOverhead
+    from harness.store import Store
+    from tests.helpers import run_tiny
+    monkeypatch.setenv("BENCH_FAKE_ENERGY", "50")
+    _, url, res = run_tiny(tmp_path, "--no-calibrate", "--no-report", "--energy", text=ONE_CASE)
+    assert res.exit_code == 0, res.stderr
+    store = Store(url, create=False)
+    run = store.get_run("latest")
+    (rec,) = store.records(run.id)
+    m = rec.metrics
+    assert m["avg_power_w"] == pytest.approx(50.0, rel=0.1)
+    assert m["energy_per_sample_j"] == pytest.approx(m["energy_j"] / 2)
+    assert m["energy_per_token_j"] == pytest.approx(m["energy_j"] / 32)
+    assert m["energy_window_s"] >= 0.5 and m["energy_step_j"] <= 0.02 * m["energy_j"] * m["energy_calls"]
+    assert m["energy_power_integral_j"] == pytest.approx(m["energy_j"], rel=0.1)
+    assert m["time_energy_s"] >= m["energy_window_s"]           # the pass is a measured part of the run
+    assert RunOverhead.from_dict(run.options["overhead"]).parts["energy"] == pytest.approx(m["time_energy_s"])
+    assert run.options["energy"] is True
+
+
+def test_run_without_a_counter_says_why_and_stores_no_energy(tmp_path, monkeypatch):
+    from harness.store import Store
+    from tests.helpers import run_tiny
+    monkeypatch.delenv("BENCH_FAKE_ENERGY", raising=False)
+    monkeypatch.setattr(energy, "RAPL_ROOT", tmp_path / "no-powercap")
+    _, url, res = run_tiny(tmp_path, "--no-calibrate", "--no-report", "--energy", text=ONE_CASE)
+    assert res.exit_code == 0, res.stderr
+    store = Store(url, create=False)
+    (rec,) = store.records(store.get_run("latest").id)
+    assert rec.ok and "median_ms" in rec.metrics
+    assert not any(k.startswith("energy") or k == "avg_power_w" for k in rec.metrics)
+    assert f"energy not measured: {NO_COUNTER}" in rec.message
+
+
+def test_require_energy_without_a_counter_exits_2_before_anything_runs(tmp_path, monkeypatch):
+    from tests.helpers import run_tiny
+    monkeypatch.delenv("BENCH_FAKE_ENERGY", raising=False)
+    monkeypatch.setattr(energy, "RAPL_ROOT", tmp_path / "no-powercap")
+    _, _, res = run_tiny(tmp_path, "--no-calibrate", "--no-report", "--require-energy", text=ONE_CASE)
+    assert res.exit_code == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--require-energy" in lines[0] and NO_COUNTER in lines[0]
+    assert not (tmp_path / "results.sqlite").exists()
