@@ -329,8 +329,8 @@ def power_integral(samples: Sequence[tuple[float, float]], t0: float, t1: float)
 def measure_energy(step: Callable[[], object], meter: EnergyMeter, cfg: EnergyConfig = EnergyConfig(),
                    sync: Callable[[], None] = lambda: None, clock: Callable[[], float] = time.perf_counter
                    ) -> EnergyResult:
-    """Repeat ``step`` over windows of growing length until the counter's step is ≤ ``cfg.step_share`` of the
-    energy read (or the window reaches ``cfg.max_window_s``). ``sync`` waits for the device (CUDA)."""
+    """Repeat ``step`` over windows of growing length until the window is at least ``cfg.min_window_s`` and the
+    counter's step is ≤ ``cfg.step_share`` of the energy read (or the window reaches ``cfg.max_window_s``). ``sync`` waits for the device (CUDA)."""
     t = clock()
     step()
     sync()
@@ -358,7 +358,7 @@ def measure_energy(step: Callable[[], object], meter: EnergyMeter, cfg: EnergyCo
             seen.append(s)
         step_j = min(seen) if seen else math.inf
         ok = energy > 0 and step_j <= cfg.step_share * energy
-        if ok or last or window_s >= cfg.max_window_s:
+        if (ok and window_s >= cfg.min_window_s) or last or window_s >= cfg.max_window_s:
             if energy <= 0:
                 raise EnergyError(f"the energy counter did not move in a {window_s:.2f} s window")
             powers = [(ts, p) for ts, _, p in sampler.samples if p is not None]
@@ -369,7 +369,8 @@ def measure_energy(step: Callable[[], object], meter: EnergyMeter, cfg: EnergyCo
         # enough calls for the step to be step_share of the energy (×1.25 margin), at least twice as many,
         # but a window no longer than max_window_s (the next window then ends the loop, bound met or not)
         need = 4.0 if energy <= 0 or not math.isfinite(step_j) else step_j / (cfg.step_share * energy) * 1.25
-        grown = max(calls * 2, math.ceil(calls * need))
+        need = max(need, cfg.min_window_s / max(window_s, 1e-9) * 1.1)      # the first call may have been slow
+        grown = max(calls + 1, math.ceil(calls * need)) if ok else max(calls * 2, math.ceil(calls * need))
         cap = max(calls + 1, math.floor(calls * cfg.max_window_s / max(window_s, 1e-9)))
         last = cap <= grown
         calls = min(grown, cap)
