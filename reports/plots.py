@@ -48,6 +48,8 @@ FIGURE_METRICS: dict[str, MetricView] = {
     "peak_bytes": MetricView("peak memory", "peak memory (MiB)", MiB),
     "macs": MetricView("MACs", "GMACs", 1e9),
     "throughput_per_s": MetricView("throughput", "throughput (items/s)"),
+    "energy_per_sample_j": MetricView("energy per sample", "energy per sample (J), --energy"),
+    "energy_per_token_j": MetricView("energy per token", "energy per token (J), --energy"),
 }
 """The figures of a run, in order (the suite's plot ``y`` leads when it names another metric)."""
 
