@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from harness.errors import BenchInputError
+from harness.quoted import Quoted
 from harness.records import CaseRecord, Status
 
 DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -89,7 +90,9 @@ class ArchSpec:
     ``make_inputs(config, workload, device)`` returns the positional inputs of ``forward``;
     ``small`` holds config overrides that make a tiny version (tests, smoke runs);
     ``cost(config, workload)`` gives analytic figures — ``{"params": int, "macs": int, ...}`` with
-    forward MACs as :func:`harness.flops.count_model` counts them (eval, no_grad) — or is None.
+    forward MACs as :func:`harness.flops.count_model` counts them (eval, no_grad) — or is None;
+    ``quoted`` holds published figures of the model (:class:`harness.quoted.Quoted`, e.g. ImageNet top-1 of its
+    published weights) that the runner attaches to each case, labelled quoted with their source.
     """
 
     name: str
@@ -100,6 +103,7 @@ class ArchSpec:
     description: str = ""
     small: tuple[tuple[str, Any], ...] = ()
     cost: Callable[[Any, "Workload"], dict[str, int]] | None = None
+    quoted: tuple[Quoted, ...] = ()
 
 
 @dataclass(frozen=True)

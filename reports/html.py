@@ -20,7 +20,7 @@ from markupsafe import Markup
 
 from harness.errors import BenchInputError
 from harness.records import CaseRecord, RunRecord
-from reports import energy_view
+from reports import energy_view, frontier
 from reports.claims_view import claims_section
 from reports.findings import FIT_METRICS, Findings, run_findings
 from reports.jinja import template_env
@@ -95,6 +95,7 @@ def _run_context(index: int, run: RunRecord, records: Sequence[CaseRecord]) -> d
                         if records else [],
         "roofline": _roofline(run, records) if records else None,
         "energy": _energy(run, records, f.axis),
+        "frontier": _frontier(run, records),
         "cases": case_table(records, f.axis, run.peak), "raw": raw_stats(records, f.axis),
     }
 
@@ -132,6 +133,26 @@ def _energy(run: RunRecord, records: Sequence[CaseRecord], axis: str | None) -> 
     if not rows and not energy_view.asked(run.options):
         return None
     return {"rows": rows, "reasons": energy_view.reasons(records), "power": energy_view.power_summary(records)}
+
+
+def _frontier(run: RunRecord, records: Sequence[CaseRecord]) -> dict[str, Any] | None:
+    """The accuracy-vs-cost section (reports.frontier) of a run whose cases carry a quoted top-1; per workload
+    point when the run sweeps one (a frontier compares models at one workload)."""
+    with_top1 = frontier.frontier_records(records)
+    if len(with_top1) < 2:
+        return None
+    groups: dict[tuple, list[CaseRecord]] = {}
+    for r in with_top1:
+        w = r.workload
+        groups.setdefault((w.get("batch_size"), w.get("img_size"), w.get("device"), w.get("dtype")), []).append(r)
+    out = []
+    for recs in groups.values():
+        fig = frontier.frontier_figure(recs, title=f"accuracy vs cost · {run.suite} · {frontier.workload_text(recs)}")
+        out.append({"where": frontier.workload_text(recs), "figure": Markup(figure_svg(fig)),
+                    "dominated": frontier.dominated_rows(recs),
+                    "dominated_macs": frontier.dominated_rows(recs, "macs"),
+                    "n": len(recs), "sources": frontier.quoted_sources(recs)})
+    return {"groups": out}
 
 
 def _counts(f: Findings) -> list[tuple[str, int]]:
