@@ -80,6 +80,8 @@ PINNED_CPU_KEYS = {
     ("ssm_vs_attention", True): (45, "998467fc4f5919f4"),
     ("vision_zoo", False): (24, "f3b75db7ccd86cd3"),
     ("vision_zoo", True): (16, "71c9f7293162f9b7"),
+    ("vision_frontier", False): (78, "e2490467946d0c98"),
+    ("vision_frontier", True): (8, "80fc96ee9b352e1b"),
 }
 """(suite, --quick) -> (cases, sha1 of their keys in order) without --device cuda, taken before the [cuda] tables
 were added: a CPU run of every built-in suite keeps its cases and keys (stored runs, --resume and the CI
