@@ -95,15 +95,26 @@ def dominated_rows(records: Sequence[CaseRecord], cost: str = "median_ms") -> li
     by = {p.name: p for p in points(recs, cost)}
     w = recs[0].workload if recs else {}
     where = f"at batch {w.get('batch_size')} on {w.get('device')}"
+    rec = {_label(r): r for r in recs}
     rows = []
     for name, dom in sorted(f.dominated.items(), key=lambda kv: -by[kv[0]].accuracy):
         p = by[name]
         acc = "less accurate" if dom.accuracy > p.accuracy else "as accurate"
         cost_word = worse if (p.cost > dom.cost if lower else p.cost < dom.cost) else "as costly"
+        noise = ""
+        if cost == "median_ms" and not clearly_slower(rec[name], rec[dom.name]):
+            noise = " (within the timing noise: the two 95% intervals overlap)"
         rows.append({"model": name, "top1": f"{p.accuracy:.2f}", "cost": f"{p.cost:,.4g}", "by": dom.name,
-                     "by_top1": f"{dom.accuracy:.2f}", "by_cost": f"{dom.cost:,.4g}",
-                     "sentence": f"{name}: dominated by {dom.name} — {cost_word} and {acc} {where}"})
+                     "by_top1": f"{dom.accuracy:.2f}", "by_cost": f"{dom.cost:,.4g}", "clear": not noise,
+                     "sentence": f"{name}: dominated by {dom.name} — {cost_word} and {acc} {where}{noise}"})
     return rows
+
+
+def clearly_slower(a: CaseRecord, b: CaseRecord) -> bool:
+    """Whether ``a``'s latency is above ``b``'s beyond the noise: ``a``'s 95% interval lies wholly above ``b``'s
+    (False where either interval is missing)."""
+    lo, hi = a.metric("ci_low_ms"), b.metric("ci_high_ms")
+    return lo is not None and hi is not None and lo > hi
 
 
 def frontier_figure(records: Sequence[CaseRecord], title: str = "") -> Figure:

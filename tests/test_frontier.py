@@ -34,11 +34,12 @@ def test_dominator_named_is_the_most_accurate_that_dominates():
     assert pareto(pts).dominated["x"].name == "z"
 
 
-def _rec(line: str, top1: float, ms: float, macs: float, batch: int = 1) -> CaseRecord:
+def _rec(line: str, top1: float, ms: float, macs: float, batch: int = 1, ci: float = 0.05) -> CaseRecord:
     q = Quoted("quoted_top1", top1, f"torchvision test {line} meta (published, not measured here, eval crop 224)")
     return CaseRecord(line, "vision_frontier", line, f"torchvision:{line}", "ok", q.note(),
                       workload={"batch_size": batch, "img_size": 224, "dtype": "fp32", "device": "cpu"},
-                      metrics={"quoted_top1": top1, "median_ms": ms, "macs": macs,
+                      metrics={"quoted_top1": top1, "median_ms": ms, "macs": macs, "ci_low_ms": ms * (1 - ci),
+                               "ci_high_ms": ms * (1 + ci),
                                "throughput_per_s": batch / (ms / 1e3)})
 
 
@@ -50,6 +51,9 @@ def test_dominated_rows_name_the_model_and_say_why():
     assert rows[0]["sentence"] == ("vit_b_16: dominated by convnext_tiny — slower and less accurate at batch 1 "
                                    "on cpu")
     assert [r["model"] for r in dominated_rows(records, "macs")] == ["vit_b_16"]
+    noisy = [_rec("vit_b_16", 81.07, 120.0, 17.6e9, ci=0.5), _rec("convnext_tiny", 82.52, 60.0, 4.5e9, ci=0.5)]
+    (row,) = dominated_rows(noisy)
+    assert not row["clear"] and row["sentence"].endswith("(within the timing noise: the two 95% intervals overlap)")
     with pytest.raises(ValueError, match="one workload"):
         dominated_rows(records + [_rec("resnet50", 80.9, 50.0, 4.1e9, batch=8)])
 
