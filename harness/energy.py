@@ -227,6 +227,7 @@ class EnergyConfig:
     max_window_s: float = 30.0
     step_share: float = 0.02
     poll_s: float = 0.005
+    min_calls: int = 3           # a window never rests on one call (a single slow call would set the figure)
 
     @classmethod
     def quick(cls) -> EnergyConfig:
@@ -327,15 +328,18 @@ def power_integral(samples: Sequence[tuple[float, float]], t0: float, t1: float)
 
 
 def measure_energy(step: Callable[[], object], meter: EnergyMeter, cfg: EnergyConfig = EnergyConfig(),
-                   sync: Callable[[], None] = lambda: None, clock: Callable[[], float] = time.perf_counter
-                   ) -> EnergyResult:
-    """Repeat ``step`` over windows of growing length until the window is at least ``cfg.min_window_s`` and the
-    counter's step is ≤ ``cfg.step_share`` of the energy read (or the window reaches ``cfg.max_window_s``). ``sync`` waits for the device (CUDA)."""
-    t = clock()
-    step()
-    sync()
-    call_s = max(clock() - t, 1e-6)
-    calls = max(1, math.ceil(cfg.min_window_s / call_s))
+                   sync: Callable[[], None] = lambda: None, clock: Callable[[], float] = time.perf_counter,
+                   call_s: float | None = None) -> EnergyResult:
+    """Repeat ``step`` over windows of growing length until the window is at least ``cfg.min_window_s`` and
+    ``cfg.min_calls`` calls, and the counter's step is ≤ ``cfg.step_share`` of the energy read (or the window
+    reaches ``cfg.max_window_s``). ``sync`` waits for the device (CUDA); ``call_s`` (e.g. the timed median) sizes
+    the first window, else one call is timed for it."""
+    if call_s is None:
+        t = clock()
+        step()
+        sync()
+        call_s = clock() - t
+    calls = max(cfg.min_calls, math.ceil(cfg.min_window_s / max(call_s, 1e-6)))
     seen: list[float] = []               # counter steps seen in every window so far
     last = False                         # this window was cut to max_window_s: it ends the loop
     for window in range(1, 1000):

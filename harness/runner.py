@@ -252,7 +252,9 @@ def energy_pass(p: Prepared, opts: RunOptions) -> None:
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     with _timed(p.metrics, "energy"):
         try:
-            result = energy.measure_energy(p.step, meter, opts.energy_config, sync)
+            median_ms = p.metrics.get("median_ms")
+            result = energy.measure_energy(p.step, meter, opts.energy_config, sync,
+                                           call_s=median_ms / 1e3 if median_ms else None)
         except energy.EnergyError as exc:
             p.note = "; ".join(x for x in (p.note, f"energy not measured: {exc}") if x)
             return
@@ -338,6 +340,12 @@ def run_group(cases: Sequence[Case], opts: RunOptions) -> list[CaseRecord]:
                                                 duration_s=time.perf_counter() - p.t0)
             else:
                 add_timing(p, res, load)
+                try:
+                    energy_pass(p, opts)     # after the group's timing: its samples stay undisturbed
+                except Exception as exc:  # noqa: BLE001 — a case's failure is a result, the group goes on
+                    out[p.case.key] = failed_record(p.case, exc, opts, config=p.config, metrics=p.metrics,
+                                                    duration_s=time.perf_counter() - p.t0)
+                    continue
                 out[p.case.key] = ok_record(p, res.samples_s, res.rounds, group)
         for p in built:
             out.setdefault(p.case.key, ok_record(p))
@@ -360,7 +368,6 @@ def run_group(cases: Sequence[Case], opts: RunOptions) -> list[CaseRecord]:
             flush()                       # measure those already built, then start a new sub-group with this one
         try:
             memory_and_kernels(p)
-            energy_pass(p, opts)
         except Exception as exc:  # noqa: BLE001
             MODELS.clear()
             out[case.key] = failed_record(case, exc, opts, config=p.config, metrics=p.metrics,
