@@ -19,8 +19,8 @@ from torch import nn
 from harness import flops as flop_counter
 from harness import energy, kernels, memory, registry
 from harness.compiled import compile_model, warm_up_compiled
-from harness.env import usable_cores
 from harness.energy import EnergyConfig
+from harness.env import usable_cores
 from harness.errors import BenchInputError
 from harness.fake import fake_case
 from harness.load import Load, LoadMonitor

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.calibrate import calibrate_run
+from harness.energy import EnergyConfig
 from harness.env import fingerprint, usable_cores
 from harness.executors import make_executor
 from harness.overhead import RunOverhead, process_age_s, run_overhead, summary_line
@@ -23,7 +24,6 @@ from harness.runner import RunOptions
 from harness.spec import Case
 from harness.store import Store
 from harness.suite import Suite
-from harness.energy import EnergyConfig
 from harness.timing import TimingConfig
 
 log = logging.getLogger("bench")
