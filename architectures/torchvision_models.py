@@ -50,7 +50,7 @@ def quoted_top1(name: str) -> Quoted | None:
     crop = getattr(weights.transforms, "keywords", {}).get("crop_size")
     source = (f"torchvision {torchvision.__version__} {type(weights).__name__}.{weights.name} "
               f"meta _metrics ImageNet-1K acc@1 (published, not measured here, eval crop {crop})")
-    return Quoted("quoted_top1", acc, source)
+    return Quoted("quoted_top1", acc, source, when=(("num_classes", 1000),))
 
 
 def resolve(name: str) -> ArchSpec:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 PREFIX = "quoted_"
 _NOTE = re.compile(r"^(?P<metric>quoted_\w+) = (?P<value>\S+) from (?P<source>.+)$")
@@ -21,12 +22,18 @@ class Quoted:
     metric: str
     value: float
     source: str
+    when: tuple[tuple[str, Any], ...] = ()   # config fields the figure holds for (e.g. num_classes = 1000)
 
     def __post_init__(self) -> None:
         if not self.metric.startswith(PREFIX) or not re.fullmatch(r"\w+", self.metric):
             raise ValueError(f"a quoted metric's name starts with {PREFIX!r}: {self.metric!r}")
         if not self.source or "; " in self.source:
             raise ValueError("a quoted figure needs a source (without '; ')")
+
+    def applies(self, config: Any) -> bool:
+        """Whether the figure holds for ``config``: each field of ``when`` at its value (a model overridden to
+        10 classes has no ImageNet-1k top-1)."""
+        return all(getattr(config, k, None) == v for k, v in self.when)
 
     def note(self) -> str:
         return f"{self.metric} = {self.value:g} from {self.source}"

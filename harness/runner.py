@@ -164,7 +164,7 @@ def prepare(case: Case, opts: RunOptions, in_use: Sequence[tuple[nn.Module, str]
             metrics.update(fake_pass(spec, w, device, "flops" in case.metrics, gaps))
         note = ("MACs not counted (no formula for: " + "; ".join(f"{op}: {why}" for op, why in gaps.items())
                 + ")") if gaps else ""
-        for q in spec.quoted:     # published figures (harness.quoted): labelled quoted, with their source
+        for q in (q for q in spec.quoted if q.applies(spec.config)):   # published figures (harness.quoted)
             metrics[q.metric] = float(q.value)
             note = "; ".join(x for x in (note, q.note()) if x)
         # a kept model of this case is resident now, but a fresh build would not be yet: give its bytes back

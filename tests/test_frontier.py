@@ -87,6 +87,10 @@ def test_a_case_carries_the_quoted_top1_labelled_with_its_source():
     rec = prepare(case, RunOptions())
     assert rec.metrics["quoted_top1"] == pytest.approx(58.178) and "macs" in rec.metrics
     assert "SqueezeNet1_1_Weights.IMAGENET1K_V1" in sources(rec.message)["quoted_top1"]
+    # overridden to 10 classes, the model has no ImageNet-1k top-1: nothing is quoted
+    ten = prepare(Case("f", "sq", "torchvision:squeezenet1_1", (("num_classes", 10),), Workload(img_size=32),
+                       ("flops",)), RunOptions())
+    assert "quoted_top1" not in ten.metrics and "quoted_top1" not in ten.message
 
 
 def test_report_draws_the_frontier_and_names_the_dominated():
