@@ -1,4 +1,9 @@
-"""``torchvision:NAME`` — any torchvision classification model, random weights, nothing downloaded."""
+"""``torchvision:NAME`` — any torchvision classification model, random weights, nothing downloaded.
+
+Each spec carries its **quoted** ImageNet-1k top-1 (:func:`quoted_top1`): the accuracy torchvision publishes for
+the model's default weights, read offline from the weights enum's metadata (``meta["_metrics"]["ImageNet-1K"]
+["acc@1"]``) — a published figure, never measured here, attached to each case as ``quoted_top1`` with its source.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,6 +13,7 @@ from torch import nn
 
 from architectures.inputs import image_inputs
 from harness.errors import BenchInputError
+from harness.quoted import Quoted
 from harness.registry import register_namespace
 from harness.spec import ArchSpec
 
@@ -32,11 +38,27 @@ def build(cfg: TorchvisionConfig) -> nn.Module:
     return torchvision.models.get_model(cfg.name, weights=None, num_classes=cfg.num_classes, **kwargs)
 
 
+def quoted_top1(name: str) -> Quoted | None:
+    """The published ImageNet-1k top-1 (%) of ``name``'s default weights, from torchvision's own metadata (no
+    download), with its source: the torchvision version, the weights and their eval crop. None where
+    torchvision publishes none."""
+    try:
+        weights = torchvision.models.get_model_weights(name).DEFAULT
+        acc = float(weights.meta["_metrics"]["ImageNet-1K"]["acc@1"])
+    except (KeyError, ValueError, AttributeError):
+        return None
+    crop = getattr(weights.transforms, "keywords", {}).get("crop_size")
+    source = (f"torchvision {torchvision.__version__} {type(weights).__name__}.{weights.name} "
+              f"meta _metrics ImageNet-1K acc@1 (published, not measured here, eval crop {crop})")
+    return Quoted("quoted_top1", acc, source, when=(("num_classes", 1000),))
+
+
 def resolve(name: str) -> ArchSpec:
     if name not in classification_models():
         raise BenchInputError(f"torchvision has no classification model {name!r}", where="arch")
+    top1 = quoted_top1(name)
     return ArchSpec(f"torchvision:{name}", "torchvision", TorchvisionConfig(name), build, image_inputs,
-                    f"torchvision.models.{name} (random weights)")
+                    f"torchvision.models.{name} (random weights)", quoted=(top1,) if top1 else ())
 
 
 register_namespace("torchvision", resolve)

@@ -11,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from cli.common import debug_option, err, load_plugins, out, plugin_option, show_logs, store_option
 from harness import registry
+from harness.energy import Absent, find_meter
 from harness.errors import BenchInputError
 from harness.executors import EXECUTORS
 from harness.executors.devices import check_devices, device_type, parse_devices
@@ -76,12 +77,17 @@ def list_cmd(what: str, pattern: str, plugins: tuple[str, ...]) -> None:
               help="Where to write the run's HTML report (default: report-RUN.html beside the store's file, "
                    "results/ by default).")
 @click.option("--no-report", is_flag=True, help="Do not write the HTML report.")
+@click.option("--energy", is_flag=True,
+              help="Measure energy per call (J, average W) in a pass after timing, where the device has a readable "
+                   "counter (NVML on NVIDIA GPUs, RAPL on CPUs); elsewhere each case says why not.")
+@click.option("--require-energy", is_flag=True,
+              help="As --energy, and exit 2 before anything runs when a device of the run has no energy counter.")
 @plugin_option
 @debug_option
 def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | None, resume: bool,
             dry_run: bool, sets: tuple[str, ...], timeout: float | None, executor: str | None, address: str | None,
             devices: str | None, interleave: bool, flush_l2: bool, no_calibrate: bool, report_path: str | None,
-            no_report: bool, plugins: tuple[str, ...], debug: bool) -> None:
+            no_report: bool, energy: bool, require_energy: bool, plugins: tuple[str, ...], debug: bool) -> None:
     """Run SUITE (a path or a built-in suite name), storing every case as it finishes; then print what the
     run shows (fitted exponents and ratios) and write its HTML report. `bench show RUN` has every case."""
     device_list = parse_devices(devices) if devices else ()
@@ -98,6 +104,8 @@ def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | No
         check_devices(cases, device_list)
     if flush_l2:
         check_flush_l2(cases)
+    if require_energy:
+        check_energy(cases, device_list)
     if dry_run:
         for c in cases:
             over = ", ".join(f"{k}={v}" for k, v in c.overrides)
@@ -108,9 +116,11 @@ def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | No
     store = Store(store_url)
     if resume:
         check_resume_timing(store.resumable(suite.name, quick), flush_l2)
+    extra = {**({"flush_l2": True} if flush_l2 else {}), **({"energy": True} if energy or require_energy else {})}
     run = Run.open_suite(store, suite, cases, resume=resume, quick=quick, calibrate=not no_calibrate,
-                         options={"timeout": timeout, **({"flush_l2": True} if flush_l2 else {})})
-    opts = run_options(quick, timeout, debug=debug, plugins=plugin_files, interleave=interleave)
+                         options={"timeout": timeout, **extra})
+    opts = run_options(quick, timeout, debug=debug, plugins=plugin_files, interleave=interleave,
+                       energy=energy or require_energy)
     if flush_l2:
         opts = dataclasses.replace(opts, timing=dataclasses.replace(opts.timing, flush_l2=True))
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -163,6 +173,14 @@ def check_flush_l2(cases: list) -> None:
         raise BenchInputError(f"CUDA only, and this run has cases on {', '.join(off)}: a CPU's last-level cache is "
                               "shared with other processes and cannot be flushed defensibly (harness/timing.py); "
                               "add --device cuda or drop --flush-l2", where="--flush-l2")
+
+
+def check_energy(cases: list, device_list: tuple[str, ...]) -> None:
+    """``--require-energy``: every device the run uses must have a readable energy counter (else exit 2)."""
+    for dev in sorted(set(device_list) | {c.workload.device for c in cases}):
+        meter = find_meter(dev)
+        if isinstance(meter, Absent):
+            raise BenchInputError(f"{meter.reason} (device {dev})", where="--require-energy")
 
 
 def check_resume_timing(previous: RunRecord | None, flush_l2: bool) -> None:

@@ -20,13 +20,14 @@ from typing import Any
 
 import psutil
 
-MEASURED: tuple[str, ...] = ("timed", "warmup", "memory", "count", "compile")
-"""The parts that are measurement, not overhead (issue 14's definition; compiling is measured: ``compile_s``)."""
-CASE_PARTS: tuple[str, ...] = ("count", "build", "compile", "warmup", "timed", "memory")
+MEASURED: tuple[str, ...] = ("timed", "warmup", "memory", "count", "compile", "energy")
+"""The parts that are measurement, not overhead (issue 14's definition; compiling is measured: ``compile_s``; the
+energy pass of ``--energy`` is a measuring pass like the memory pass: harness.energy)."""
+CASE_PARTS: tuple[str, ...] = ("count", "build", "compile", "warmup", "timed", "memory", "energy")
 """Per-case parts, stored as ``metrics[f"time_{part}_s"]``."""
 LABELS: dict[str, str] = {"timed": "timed", "warmup": "warm-up", "memory": "memory", "count": "counting",
                           "build": "build", "compile": "compile", "cases_other": "in cases, other", "workers": "worker start",
-                          "calibrate": "calibration", "startup": "start-up", "other": "other"}
+                          "calibrate": "calibration", "startup": "start-up", "other": "other", "energy": "energy"}
 
 
 def metric_name(part: str) -> str:
@@ -125,7 +126,8 @@ def summary_line(o: RunOverhead) -> str:
     """One line for the end of a run: the wall time, each measured part's share, the overhead's share and
     its largest parts."""
     s = o.shares
-    measured = " · ".join(f"{LABELS[p]} {s.get(p, 0.0):.0%}" for p in MEASURED if p != "compile" or s.get(p))
+    measured = " · ".join(f"{LABELS[p]} {s.get(p, 0.0):.0%}" for p in MEASURED
+                          if p not in ("compile", "energy") or s.get(p))
     breakdown = sorted(((v, k) for k, v in s.items() if k not in MEASURED and v >= 0.005), reverse=True)
     detail = ", ".join(f"{LABELS.get(k, k)} {v:.0%}" for v, k in breakdown)
     workers = f"; {o.worker_starts} worker start{'s' if o.worker_starts != 1 else ''}" if o.worker_starts else ""

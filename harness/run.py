@@ -28,6 +28,7 @@ from types import TracebackType
 from typing import Any
 
 from harness.calibrate import calibrate_run
+from harness.energy import EnergyConfig
 from harness.env import fingerprint, usable_cores
 from harness.errors import BenchInputError
 from harness.executors import Executor, make_executor
@@ -53,6 +54,8 @@ class StoreLostError(BenchInputError):
 
 def run_options(quick: bool, timeout: float | None = None, **kw: Any) -> RunOptions:
     """The timing and per-case timeout of a ``--quick`` or full run (timeout default 120 s / 600 s)."""
+    if quick:
+        kw.setdefault("energy_config", EnergyConfig.quick())
     return RunOptions(timing=TimingConfig.quick() if quick else TimingConfig(),
                       timeout_s=timeout or (120.0 if quick else 600.0), **kw)
 

@@ -17,8 +17,9 @@ import torch
 from torch import nn
 
 from harness import flops as flop_counter
-from harness import generation, kernels, memory, registry
+from harness import energy, generation, kernels, memory, registry
 from harness.compiled import compile_model, warm_up_compiled
+from harness.energy import EnergyConfig
 from harness.env import usable_cores
 from harness.errors import BenchInputError
 from harness.fake import fake_case
@@ -46,6 +47,8 @@ class RunOptions:
     debug: bool = False
     plugins: tuple[str, ...] = ()   # plug-in files (``--plugin``), imported once per process before a case
     interleave: bool = False        # time the cases of a sweep point side by side (harness.runner.run_group)
+    energy: bool = False            # the energy pass (harness.energy) after timing, where a counter is readable
+    energy_config: EnergyConfig = EnergyConfig()
 
 
 def resolved_threads(w: Workload) -> int:
@@ -176,6 +179,9 @@ def prepare(case: Case, opts: RunOptions, in_use: Sequence[tuple[nn.Module, str]
             metrics.update(fake_pass(spec, w, device, "flops" in case.metrics, gaps))
         note = ("MACs not counted (no formula for: " + "; ".join(f"{op}: {why}" for op, why in gaps.items())
                 + ")") if gaps else ""
+        for q in (q for q in spec.quoted if q.applies(spec.config)):   # published figures (harness.quoted)
+            metrics[q.metric] = float(q.value)
+            note = "; ".join(x for x in (note, q.note()) if x)
         # a kept model of this case is resident now, but a fresh build would not be yet: give its bytes back
         budget = (opts.memory_budget_bytes or memory.memory_budget(device)) + MODELS.held_bytes(case)
         if metrics["est_peak_bytes"] > budget:
@@ -252,6 +258,35 @@ def measure_memory(p: Prepared) -> None:
             p.metrics["rss_delta_bytes"] = float(peak["rss_hwm_bytes"] - peak["rss_before_bytes"])
 
 
+def energy_pass(p: Prepared, opts: RunOptions) -> None:
+    """The energy pass (``opts.energy``; separate from the timed samples, like the memory pass): the case's step
+    repeated over a window long enough for the device's energy counter (:func:`harness.energy.measure_energy`),
+    its seconds counted as the ``energy`` part (harness.overhead). Where no counter is readable, or the counter
+    fails, the energy metrics stay absent and the note says why (never a 0)."""
+    if not opts.energy or "latency" not in p.case.metrics:
+        return
+    w = p.case.workload
+    meter = energy.find_meter(w.device)
+    if isinstance(meter, energy.Absent):
+        p.note = "; ".join(x for x in (p.note, f"energy not measured: {meter.reason}") if x)
+        return
+    device = torch.device(w.device)
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    with _timed(p.metrics, "energy"):
+        try:
+            median_ms = p.metrics.get("median_ms")
+            result = energy.measure_energy(p.step, meter, opts.energy_config, sync,
+                                           call_s=median_ms / 1e3 if median_ms else None)
+        except energy.EnergyError as exc:
+            p.note = "; ".join(x for x in (p.note, f"energy not measured: {exc}") if x)
+            return
+    p.metrics.update(result.metrics(w.batch_size, w.seq_len))
+    if not result.step_ok:
+        p.note = "; ".join(x for x in (p.note, f"energy: counter step {result.step_j:.3g} J is "
+                                       f"{result.step_j / result.energy_j:.1%} of the window's energy "
+                                       f"(over 2 %) at the {result.window_s:.1f} s cap") if x)
+
+
 def ok_record(p: Prepared, samples: tuple[float, ...] = (), rounds: tuple[int, ...] = (), group: str = ""
             ) -> CaseRecord:
     return p.case.record("ok", p.note, config=p.config, metrics=p.metrics, samples_s=samples, rounds=rounds,
@@ -280,6 +315,7 @@ def run_case(case: Case, opts: RunOptions) -> CaseRecord:
             add_timing(p, timed, monitor.stop())
             add_time_parts(p, timed)
         memory_and_kernels(p)
+        energy_pass(p, opts)
         return ok_record(p, timed.samples_s if timed else (), timed.rounds if timed else ())
     except Exception as exc:  # noqa: BLE001 — a case's failure is a result, the sweep goes on
         MODELS.clear()            # a failed step may leave its model half-way (and an OOM wants the memory)
@@ -326,6 +362,12 @@ def run_group(cases: Sequence[Case], opts: RunOptions) -> list[CaseRecord]:
                                                 duration_s=time.perf_counter() - p.t0)
             else:
                 add_timing(p, res, load)
+                try:
+                    energy_pass(p, opts)     # after the group's timing: its samples stay undisturbed
+                except Exception as exc:  # noqa: BLE001 — a case's failure is a result, the group goes on
+                    out[p.case.key] = failed_record(p.case, exc, opts, config=p.config, metrics=p.metrics,
+                                                    duration_s=time.perf_counter() - p.t0)
+                    continue
                 out[p.case.key] = ok_record(p, res.samples_s, res.rounds, group)
         for p in built:
             out.setdefault(p.case.key, ok_record(p))

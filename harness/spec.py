@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import BenchInputError
+from harness.quoted import Quoted
 from harness.records import CaseRecord, Status
 
 DTYPE_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2}
@@ -114,6 +115,8 @@ class ArchSpec:
     ``cost(config, workload)`` gives analytic figures — ``{"params": int, "macs": int, ...}`` with
     forward MACs as :func:`harness.flops.count_model` counts them (eval, no_grad) — or is None;
     ``max_len(config)`` is the longest ``seq_len`` the model can take (learned positions), None if unbounded.
+    ``quoted`` holds published figures of the model (:class:`harness.quoted.Quoted`, e.g. ImageNet top-1 of its
+    published weights) that the runner attaches to each case, labelled quoted with their source.
     """
 
     name: str
@@ -125,6 +128,7 @@ class ArchSpec:
     small: tuple[tuple[str, Any], ...] = ()
     cost: Callable[[Any, "Workload"], dict[str, int]] | None = None
     max_len: Callable[[Any], int | None] | None = None
+    quoted: tuple[Quoted, ...] = ()
 
 
 def workload_overrides(config: Any, w: Workload) -> dict[str, Any]:

@@ -21,9 +21,11 @@ from markupsafe import Markup
 from harness.errors import BenchInputError
 from harness.records import CaseRecord, RunRecord
 from reports import generation as gen
+from reports import energy_view, frontier
 from reports.claims_view import claims_section
 from reports.findings import FIT_METRICS, Findings, run_findings
 from reports.jinja import template_env
+from reports.labels import case_labels
 from reports.plots import PlotSpec, figure_metrics, figure_svg, metric_figure, metric_view, resolve_plot_spec
 from reports.report_tables import case_table, env_table, findings_rows, headline, num, raw_stats, side_by_side
 from reports.roofline import ABOVE_ROOF_MEANING, roofline_data, roofline_figure
@@ -89,9 +91,13 @@ def _run_context(index: int, run: RunRecord, records: Sequence[CaseRecord]) -> d
         "fit_names": list(FIT_METRICS.values()), "spec": spec,
         "lead": figures[0] if figures else None, "figures": figures[1:],
         "not_measured": [metric_view(m).name for m in figure_metrics(spec)
-                         if m not in {fig["metric"] for fig in figures}] if records else [],
+                         if m not in {fig["metric"] for fig in figures}
+                         and (m not in energy_view.ENERGY_FIGURES or energy_view.asked(run.options))]
+                        if records else [],
         "roofline": _roofline(run, records) if records else None,
         "generation": _generation(records, run.peak),
+        "energy": _energy(run, records, f.axis),
+        "frontier": _frontier(run, records),
         "cases": case_table(records, f.axis, run.peak), "raw": raw_stats(records, f.axis),
     }
 
@@ -139,6 +145,7 @@ def _roofline(run: RunRecord, records: Sequence[CaseRecord]) -> dict[str, Any]:
     data = roofline_data(records, run.peak)
     fig = roofline_figure(records, run.peak, data, title=f"roofline · {run.suite}")
     return {"figure": Markup(figure_svg(fig)), "n_points": data.n_points, "left_out": data.left_out,
+            "power": energy_view.power_summary(records),
             "not_ok": data.not_ok, "meaning": ABOVE_ROOF_MEANING,
             "roofs": [{"device": r.device, "dtype": r.dtype, "gflops": num(r.flops_per_s, 1e9, "{:,.1f}"),
                        "gbps": num(r.bytes_per_s, 1e9, "{:,.1f}"), "ridge": num(r.ridge, 1.0, "{:,.1f}")}
@@ -146,6 +153,34 @@ def _roofline(run: RunRecord, records: Sequence[CaseRecord]) -> dict[str, Any]:
             "above": [{"label": p.label, "achieved": num(p.achieved, 1e9, "{:,.1f}"),
                        "roof": num(p.roof, 1e9, "{:,.1f}"), "ratio": f"{p.achieved / p.roof:.2f}×"}
                       for p in data.above_roof if p.roof]}
+
+
+def _energy(run: RunRecord, records: Sequence[CaseRecord], axis: str | None) -> dict[str, Any] | None:
+    """Energy beside time (reports.energy_view): per-case rows where measured, the reasons where asked and not."""
+    rows = energy_view.energy_rows(records, case_labels(records, axis))
+    if not rows and not energy_view.asked(run.options):
+        return None
+    return {"rows": rows, "reasons": energy_view.reasons(records), "power": energy_view.power_summary(records)}
+
+
+def _frontier(run: RunRecord, records: Sequence[CaseRecord]) -> dict[str, Any] | None:
+    """The accuracy-vs-cost section (reports.frontier) of a run whose cases carry a quoted top-1; per workload
+    point when the run sweeps one (a frontier compares models at one workload)."""
+    with_top1 = frontier.frontier_records(records)
+    if len(with_top1) < 2:
+        return None
+    groups: dict[tuple, list[CaseRecord]] = {}
+    for r in with_top1:
+        w = r.workload
+        groups.setdefault((w.get("batch_size"), w.get("img_size"), w.get("device"), w.get("dtype")), []).append(r)
+    out = []
+    for recs in groups.values():
+        fig = frontier.frontier_figure(recs, title=f"accuracy vs cost · {run.suite} · {frontier.workload_text(recs)}")
+        out.append({"where": frontier.workload_text(recs), "figure": Markup(figure_svg(fig)),
+                    "dominated": frontier.dominated_rows(recs),
+                    "dominated_macs": frontier.dominated_rows(recs, "macs"),
+                    "n": len(recs), "sources": frontier.quoted_sources(recs)})
+    return {"groups": out}
 
 
 def _counts(f: Findings) -> list[tuple[str, int]]:

@@ -54,6 +54,8 @@ FIGURE_METRICS: dict[str, MetricView] = {
     "itl_p99_ms": MetricView("ITL p99", "inter-token latency, p99 (ms)"),
     "output_tokens_per_s": MetricView("output tokens/s", "output tokens per second (whole generation)"),
     "kv_cache_bytes": MetricView("KV cache", "KV cache / state (MiB)", MiB),
+    "energy_per_sample_j": MetricView("energy per sample", "energy per sample (J), --energy"),
+    "energy_per_token_j": MetricView("energy per token", "energy per token (J), --energy"),
 }
 """The figures of a run, in order (the suite's plot ``y`` leads when it names another metric)."""
 

@@ -95,6 +95,8 @@ def cases_table(records: Sequence[CaseRecord], axis: str | None, title: str = ""
     cols = [("line", "left")] + ([("arch", "left")] if show_arch else []) + [
         (axis or "case", "right"), ("status", "left"), ("median ms", "right"), ("95% CI ms", "right"),
         ("GMACs", "right"), ("% peak", "right"), ("params M", "right"), ("peak MiB", "right"), ("est. MiB", "right")]
+    energy = any(r.metric("energy_j") is not None for r in records)
+    cols += [("J/call", "right"), ("avg W", "right")] if energy else []
     cols += [("sdpa", "left")] if any(backends) else []
     cols += [("note", "left")] if any(notes) else []
     for col, just in cols:
@@ -108,6 +110,8 @@ def cases_table(records: Sequence[CaseRecord], axis: str | None, title: str = ""
             _num(r.metric("median_ms")), ci, _num(r.metric("macs"), 1e9, "{:,.2f}"), pct_peak(r, peak),
             _num(r.metric("params"), 1e6, "{:,.1f}"),
             _num(r.metric("peak_bytes"), MiB, "{:,.0f}"), _num(r.metric("est_peak_bytes"), MiB, "{:,.0f}")]
+        if energy:     # energy beside time (harness.energy); "-" where absent, its reason in the note
+            cells += [_num(r.metric("energy_j"), 1.0, "{:.4g}"), _num(r.metric("avg_power_w"), 1.0, "{:,.1f}")]
         table.add_row(*cells, *([backend] if any(backends) else []), *([note] if any(notes) else []))
     return table
 

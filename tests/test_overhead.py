@@ -49,7 +49,8 @@ def test_run_accounting_adds_up_and_is_stored_with_the_run(tmp_path, monkeypatch
     assert o.measured_s <= o.wall_s and o.overhead_share == pytest.approx(1 - o.measured_s / o.wall_s)
     assert o.parts["startup"] > 0                  # this process's imports belong to its first run
     for rec in records:
-        parts = [rec.metrics[metric_name(p)] for p in CASE_PARTS if p != "compile"]   # compile: compiled cases only
+        parts = [rec.metrics[metric_name(p)] for p in CASE_PARTS
+                 if p not in ("compile", "energy")]   # compile: compiled cases only; energy: --energy runs only
         assert all(v >= 0 for v in parts) and sum(parts) <= rec.duration_s
         assert rec.metrics[metric_name("timed")] == pytest.approx(
             sum(rec.samples_s) * rec.metrics["block_size"], rel=1e-9)
@@ -66,7 +67,7 @@ def test_interleaved_run_accounts_each_case(tmp_path):
     assert all(r.group for r in records)
     for rec in records:
         assert rec.metrics[metric_name("warmup")] > 0 and rec.metrics[metric_name("timed")] > 0
-        assert sum(rec.metrics[metric_name(p)] for p in CASE_PARTS if p != "compile") <= rec.duration_s
+        assert sum(rec.metrics[metric_name(p)] for p in CASE_PARTS if p not in ("compile", "energy")) <= rec.duration_s
     o = RunOverhead.from_dict(run.options["overhead"])
     assert sum(o.shares.values()) == pytest.approx(1.0, abs=1e-9)
 
@@ -91,7 +92,7 @@ def test_warmup_shares_split_the_rest_by_weight():
 
 
 def test_measured_parts_are_the_definition():
-    assert set(MEASURED) == {"timed", "warmup", "memory", "count", "compile"}
+    assert set(MEASURED) == {"timed", "warmup", "memory", "count", "compile", "energy"}
 
 
 # -- model reuse --------------------------------------------------------------------------------------------

@@ -82,6 +82,8 @@ PINNED_CPU_KEYS = {
     ("vision_zoo", True): (16, "71c9f7293162f9b7"),
     ("generation", False): (54, "31b4f7744fae76d8"),
     ("generation", True): (12, "a5330781505b48a8"),
+    ("vision_frontier", False): (78, "e2490467946d0c98"),
+    ("vision_frontier", True): (8, "80fc96ee9b352e1b"),
 }
 """(suite, --quick) -> (cases, sha1 of their keys in order) without --device cuda, taken before the [cuda] tables
 were added: a CPU run of every built-in suite keeps its cases and keys (stored runs, --resume and the CI
