@@ -20,6 +20,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from harness.spec import ArchSpec, Workload
 from harness.steps import cast_inputs
+from harness.training import apply_checkpointing
 
 
 def new_fake_mode() -> FakeTensorMode:
@@ -54,7 +55,8 @@ def fake_case(spec: ArchSpec, w: Workload, device: torch.device) -> tuple[nn.Mod
     """One case on fake tensors: the model of ``spec`` (in ``w``'s dtype), its inputs made inside the mode,
     and the mode to run them under."""
     mode = new_fake_mode()
-    model = build_fake(lambda: spec.build(spec.config).to(w.torch_dtype), mode, device)
+    model = build_fake(lambda: apply_checkpointing(spec.build(spec.config).to(w.torch_dtype), w.checkpointing),
+                       mode, device)
     with mode:
         inputs = cast_inputs(spec.make_inputs(spec.config, w, device), w.torch_dtype)
     return model, inputs, mode

@@ -16,13 +16,18 @@ from harness.errors import BenchInputError
 from harness.records import CaseRecord, Status
 
 DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-Mode = Literal["fwd", "fwd_bwd"]
-MODES: tuple[str, ...] = ("fwd", "fwd_bwd")
+Mode = Literal["fwd", "fwd_bwd", "train_step"]
+MODES: tuple[str, ...] = ("fwd", "fwd_bwd", "train_step")
 METRICS: tuple[str, ...] = ("latency", "memory", "flops")
 # How a case's model runs (harness.compiled): eager, or torch.compile with one of its modes; "cudagraphs" is
 # CUDA-only (torch.compile mode="reduce-overhead": inductor kernels replayed as CUDA graphs).
 COMPILES: tuple[str, ...] = ("none", "default", "max-autotune", "cudagraphs")
 CUDA_ONLY_COMPILES: frozenset[str] = frozenset({"cudagraphs"})
+# A training step (mode "train_step", harness.training): its optimizer, mixed precision and activation
+# checkpointing. Each is refused in any other mode unless at its default.
+OPTIMIZERS: tuple[str, ...] = ("adamw", "sgd")
+AMPS: tuple[str, ...] = ("none", "bf16", "fp16")     # autocast dtype; "fp16" adds a GradScaler (CUDA only)
+CHECKPOINTINGS: tuple[str, ...] = ("none", "block")  # "block": each block of the model's main ModuleList
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,9 @@ class Workload:
     device: str = "cpu"
     threads: int = 0  # 0: the harness default (every core this process may use)
     compile: str = "none"  # one of COMPILES (harness.compiled); not part of a case's key while "none"
+    optimizer: str = "adamw"     # train_step only: one of OPTIMIZERS; not part of a case's key at its default
+    amp: str = "none"            # train_step only: one of AMPS; not part of a case's key at its default
+    checkpointing: str = "none"  # train_step only: one of CHECKPOINTINGS; not part of a case's key at its default
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "seq_len", "img_size"):
@@ -57,17 +65,36 @@ class Workload:
         if self.compile in CUDA_ONLY_COMPILES and self.device.split(":")[0] != "cuda":
             raise BenchInputError(f"{self.compile!r} needs a CUDA device (it replays CUDA graphs), not "
                                   f"{self.device!r}; there use \"default\" or \"max-autotune\"", where="compile")
+        self._check_training()
+
+    def _check_training(self) -> None:
+        """The train_step fields: known values, set only for a training step, fp16 autocast only on CUDA (its
+        GradScaler), and mixed precision over fp32 master weights (``dtype = "fp32"``)."""
+        for name, allowed in (("optimizer", OPTIMIZERS), ("amp", AMPS), ("checkpointing", CHECKPOINTINGS)):
+            value = getattr(self, name)
+            if value not in allowed:
+                raise BenchInputError(f"unknown {name} {value!r}; expected one of {list(allowed)}", where=name)
+            if self.mode != "train_step" and value != _TRAIN_DEFAULTS[name]:
+                raise BenchInputError(f"{name} = {value!r} applies to mode \"train_step\" only, not "
+                                      f"{self.mode!r}", where=name)
+        if self.amp == "fp16" and self.device.split(":")[0] != "cuda":
+            raise BenchInputError(f"amp \"fp16\" needs a CUDA device (its GradScaler), not {self.device!r}; "
+                                  "on the CPU use amp = \"bf16\"", where="amp")
+        if self.amp != "none" and self.dtype != "fp32":
+            raise BenchInputError(f"amp {self.amp!r} keeps fp32 master weights: dtype must be \"fp32\", "
+                                  f"not {self.dtype!r}", where="amp")
 
     @property
     def torch_dtype(self) -> torch.dtype:
         return DTYPES[self.dtype]
 
 
+_TRAIN_DEFAULTS: dict[str, str] = {"optimizer": "adamw", "amp": "none", "checkpointing": "none"}
 WORKLOAD_KEYS: frozenset[str] = frozenset(f.name for f in dataclasses.fields(Workload))
 # Workload fields added after case keys were first stored (runs, ``--resume``, the CI baseline): left out of a
 # case's key and stored workload while at their default, so every case that existed before keeps its key. A
 # field added from now on goes here too.
-OMITTED_WHEN_DEFAULT: frozenset[str] = frozenset({"compile"})
+OMITTED_WHEN_DEFAULT: frozenset[str] = frozenset({"compile", "optimizer", "amp", "checkpointing"})
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(Workload)}
 
 
@@ -139,4 +166,7 @@ class Case:
         w = self.workload
         sizes = ", ".join(f"{k}={v}" for k, v in (("seq_len", w.seq_len), ("img_size", w.img_size)) if v)
         run = f" compile={w.compile}" if w.compile != "none" else ""
+        if w.mode == "train_step":
+            run += f" {w.optimizer}" + (f" amp={w.amp}" if w.amp != "none" else "") + (
+                f" ckpt={w.checkpointing}" if w.checkpointing != "none" else "")
         return f"{self.line} | {self.arch} | bs={w.batch_size} {sizes} {w.dtype} {w.mode}{run}"

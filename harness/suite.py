@@ -53,6 +53,7 @@ from harness import registry
 from harness.errors import BenchInputError
 from harness.records import CaseRecord, SuiteSpec
 from harness.spec import DTYPES, METRICS, WORKLOAD_KEYS, Case, Workload
+from harness.training import check_trainable
 
 TOP_KEYS = {"name", "description", "metrics", "fixed", "sweep", "plot", "lines", "quick", "cuda"}
 PLOT_KEYS = {"x": str, "y": str, "x_log": bool, "y_log": bool, "title": str}
@@ -321,7 +322,8 @@ def make_case(suite: str, line: str, params: dict[str, Any], metrics: tuple[str,
     # A workload's image size is also the model's where its config has one (ViT position tables).
     if workload.img_size and hasattr(registry.get(arch).config, "img_size"):
         overrides["img_size"] = workload.img_size
-    registry.resolve(arch, **overrides)       # validates names, types and the config's own rules
+    spec = registry.resolve(arch, **overrides)       # validates names, types and the config's own rules
+    check_trainable(arch, spec, workload)   # a training step that cannot be: exit 2
     return Case(suite, line, arch, tuple(sorted(overrides.items())), workload, metrics)
 
 
