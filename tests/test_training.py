@@ -22,6 +22,7 @@ from harness.spec import Case, Workload, workload_dict
 from harness.store import Store
 from harness.suite import load_suite
 from harness.timing import TimingConfig
+from reports import training_view
 from tests.helpers import invoke
 
 CPU = torch.device("cpu")
@@ -132,10 +133,15 @@ def test_analytic_static_memory_equals_the_measured_tensors_exactly(optimizer, p
     assert 0 < measured["activation_bytes"] <= measured["activation_peak_bytes"]
 
 
-def test_the_runner_records_memory_by_kind_rates_and_no_mfu_on_a_cpu():
+@pytest.fixture(scope="module")
+def tiny_record():
     case = Case("t", "l", "decoder-tiny", (), dataclasses.replace(TRAIN, threads=1),
                 ("latency", "memory", "flops"))
-    rec = run_case(case, FAST)
+    return run_case(case, FAST)
+
+
+def test_the_runner_records_memory_by_kind_rates_and_no_mfu_on_a_cpu(tiny_record):
+    rec = tiny_record
     assert rec.status == "ok", rec.message
     m = rec.metrics
     for kind in ("weight", "grad", "optimizer_state"):
@@ -146,6 +152,15 @@ def test_the_runner_records_memory_by_kind_rates_and_no_mfu_on_a_cpu():
     assert m["model_flops"] == m["flops"] and m["est_6nd_flops"] == 6 * m["params"] * 16
     assert "mfu" not in m and "no published peak for this device (cpu)" in rec.message
     assert "optimizer" not in rec.workload and "amp" not in rec.workload      # defaults stay out of the key
+
+
+def test_the_report_shows_rates_mfu_or_its_absence_and_memory_by_kind(tiny_record):
+    rows = training_view.training_rows([tiny_record])
+    assert len(rows) == 1 and rows[0]["mfu"] == "no published peak" and rows[0]["tokens"] != "–"
+    parts = dict(training_view.memory_parts(tiny_record))
+    assert sum(parts.values()) == pytest.approx(tiny_record.metrics["peak_bytes"]) and parts["other"] >= 0
+    assert training_view.size_figure([tiny_record]) is not None
+    assert training_view.memory_figure([tiny_record]) is not None
 
 
 def test_block_checkpointing_saves_activations_and_counts_its_recomputation():
