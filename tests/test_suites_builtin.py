@@ -80,6 +80,8 @@ PINNED_CPU_KEYS = {
     ("ssm_vs_attention", True): (45, "998467fc4f5919f4"),
     ("vision_zoo", False): (24, "f3b75db7ccd86cd3"),
     ("vision_zoo", True): (16, "71c9f7293162f9b7"),
+    ("training", False): (44, "d6a05f2e28c72fe0"),
+    ("training", True): (6, "b27538ac77d76448"),
 }
 """(suite, --quick) -> (cases, sha1 of their keys in order) without --device cuda, taken before the [cuda] tables
 were added: a CPU run of every built-in suite keeps its cases and keys (stored runs, --resume and the CI
@@ -102,7 +104,8 @@ def test_cpu_cases_are_pinned(path, quick):
     assert [c.key for c in load_suite(str(path), quick=quick, sets={"device": "cpu"}).cases] == keys
 
 
-CUDA_SUITES = ("attention_scaling", "vit_vs_cnn", "long_sequence", "kv_cache", "heads")
+CUDA_SUITES = ("attention_scaling", "vit_vs_cnn", "long_sequence", "kv_cache", "heads", "training")
+AMP_SUITES = ("training",)   # [cuda] trains under bf16 autocast over fp32 master weights (dtype fp32, amp bf16)
 
 
 @pytest.mark.parametrize("quick", [False, True], ids=["full", "quick"])
@@ -119,6 +122,10 @@ def test_builtin_suite_expands_for_cuda(path, quick):
     if not gpu.cuda:
         assert [(c.line, c.arch, c.overrides, c.workload.dtype) for c in gpu.cases] == [
             (c.line, c.arch, c.overrides, c.workload.dtype) for c in cpu.cases]
+        return
+    if path.stem in AMP_SUITES:
+        assert {(c.workload.dtype, c.workload.amp) for c in gpu.cases} == {("fp32", "bf16")}
+        assert not {c.key for c in gpu.cases} & {c.key for c in cpu.cases}
         return
     dtypes = {c.workload.dtype for c in gpu.cases}
     assert dtypes == ({"bf16"} if quick else {"bf16", "fp32"})
