@@ -325,3 +325,17 @@ def test_cuda_analytic_static_memory_is_within_5_percent_of_the_allocator():
     assert math.isclose(weights, analytic["weight_bytes"], rel_tol=0.05)
     assert math.isclose(state, analytic["optimizer_state_bytes"], rel_tol=0.05)
     assert math.isclose(grads, analytic["grad_bytes"], rel_tol=0.05)
+
+
+def test_c29_counts_the_training_step(monkeypatch):
+    """C29's probe (the Transformer's training FLOPs) counts mode train_step, not a bare forward + backward."""
+    from claims.probes import cost
+    modes = []
+
+    def fake(arch, w, **over):
+        modes.append(w.mode)
+        return {"flops": 1e9}
+    monkeypatch.setattr(cost, "fake_metrics", fake)
+    monkeypatch.setattr(cost, "built_params", lambda arch: 65e6)
+    cost.training_flops(None)  # type: ignore[arg-type]
+    assert modes == ["train_step", "train_step"]
