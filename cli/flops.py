@@ -110,7 +110,7 @@ def write_csv(path: str, table: FlopTable, tolerance: float) -> None:
 @click.option("--img-size", type=click.IntRange(min=1), default=None,
               help="Image side (image models; also the model's img_size where its config has one).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a config field (repeatable).")
-@click.option("--mode", type=click.Choice(MODES), default="fwd", show_default=True,
+@click.option("--mode", type=click.Choice([m for m in MODES if m != "train_step"]), default="fwd", show_default=True,
               help="Forward (eval, no grad) or forward + backward (fvcore: forward only).")
 @click.option("--by-module", is_flag=True, help="Add one row per module (down to --depth) above the totals.")
 @click.option("--depth", type=click.IntRange(min=0), default=None,

@@ -51,7 +51,7 @@ def compile_model(model: nn.Module, compile: str, mode: str) -> nn.Module:
     torch.compile compiles on the first call (see :func:`warm_up_compiled`)."""
     if compile not in COMPILES:
         raise BenchInputError(f"unknown compile {compile!r}; expected one of {list(COMPILES)}", where="compile")
-    model.train(mode == "fwd_bwd")
+    model.train(mode in ("fwd_bwd", "train_step"))
     if compile == "none":
         return model
     torch._dynamo.config.fail_on_recompile_limit_hit = True    # never fall back to eager without a word

@@ -21,6 +21,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from harness.spec import ArchSpec, Workload
 from harness.steps import cast_inputs
 from harness.torch_types import torch_dtype
+from harness.training import apply_checkpointing
 
 
 def new_fake_mode() -> FakeTensorMode:
@@ -55,7 +56,8 @@ def fake_case(spec: ArchSpec, w: Workload, device: torch.device) -> tuple[nn.Mod
     """One case on fake tensors: the model of ``spec`` (in ``w``'s dtype), its inputs made inside the mode,
     and the mode to run them under."""
     mode = new_fake_mode()
-    model = build_fake(lambda: spec.build(spec.config).to(torch_dtype(w)), mode, device)
+    model = build_fake(lambda: apply_checkpointing(spec.build(spec.config).to(torch_dtype(w)), w.checkpointing),
+                       mode, device)
     with mode:
         inputs = cast_inputs(spec.make_inputs(spec.config, w, device), torch_dtype(w))
     return model, inputs, mode

@@ -201,8 +201,8 @@ def flop_table(model: nn.Module, inputs: tuple | torch.Tensor, depth: int | None
     sum); fvcore counts forward only and has no figure in ``fwd_bwd``. ``fvcore=False`` skips it.
     The model's train/eval flag and its parameters' ``.grad`` are restored afterwards.
     """
-    if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}; expected one of {list(MODES)}")
+    if mode not in MODES or mode == "train_step":   # a training step's count: the runner's (harness.training)
+        raise ValueError(f"unknown mode {mode!r}; expected 'fwd' or 'fwd_bwd'")
     inputs = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
     was_training = model.training
     params = list(model.parameters())

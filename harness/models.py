@@ -13,6 +13,7 @@ from torch import nn
 from harness import memory
 from harness.spec import ArchSpec, Case, Workload
 from harness.torch_types import torch_dtype
+from harness.training import apply_checkpointing
 
 
 def release() -> None:
@@ -113,14 +114,16 @@ def build_model(spec: ArchSpec, w: Workload, device: torch.device) -> nn.Module:
     """``spec``'s model on ``device`` in ``w``'s dtype, its weights initialised cheaply (:func:`cheap_init`)."""
     torch.manual_seed(0)
     with cheap_init():
-        model = spec.build(spec.config)
+        model = apply_checkpointing(spec.build(spec.config), w.checkpointing)   # train_step's, from outside
     return model.to(device=device, dtype=torch_dtype(w))
 
 
 # -- model reuse ------------------------------------------------------------------------------------------
 def model_key(case: Case) -> tuple:
-    """Cases with the same key can share one built model: same architecture, overrides and device."""
-    return (case.arch, case.overrides, case.workload.device)
+    """Cases with the same key can share one built model: same architecture, overrides and device (and
+    activation checkpointing, which wraps the model's blocks: harness.training)."""
+    key = (case.arch, case.overrides, case.workload.device)
+    return key if case.workload.checkpointing == "none" else (*key, case.workload.checkpointing)
 
 
 def _layout(model: nn.Module) -> tuple:

@@ -7,6 +7,7 @@ crashes are the executor's (a case cannot time itself out from inside).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 import traceback
 from dataclasses import asdict, dataclass
@@ -17,7 +18,7 @@ import torch
 from torch import nn
 
 from harness import flops as flop_counter
-from harness import energy, generation, kernels, memory, registry
+from harness import energy, generation, kernels, memory, registry, training
 from harness.compiled import compile_model, warm_up_compiled
 from harness.energy import EnergyConfig
 from harness.env import usable_cores
@@ -70,12 +71,19 @@ def static_bytes(model: nn.Module, inputs: tuple, step: object = None) -> int:
             + state)
 
 
-def workload_step(model: nn.Module, inputs: tuple, w: Workload) -> Callable[[], object]:
-    """The timed unit of ``w``: a whole greedy generation for mode "generate" (harness.generation), else
-    :func:`harness.steps.make_step`'s forward or forward + backward."""
+def workload_step(model: nn.Module, inputs: tuple, w: Workload, compile: str = "none",
+                  eager: Callable[[], object] | None = None) -> Callable[[], object]:
+    """The timed unit of ``w``: a whole greedy generation for mode "generate" (harness.generation), a training
+    step for "train_step" (:class:`harness.training.TrainStep`; ``eager``: the eager train step of a compiled
+    ``model``, whose parameters and optimizer the compiled step shares), else :func:`harness.steps.make_step`'s
+    forward or forward + backward."""
     if w.mode == "generate":
         return generation.make_generation(model, inputs, w)
-    return make_step(model, inputs, w.mode)
+    if w.mode == "train_step":
+        if isinstance(eager, training.TrainStep):
+            return training.make_train_step(eager.model, inputs, w, compiled=model, optimizer=eager.optimizer)
+        return training.make_train_step(model, inputs, w)
+    return make_step(model, inputs, w.mode, compile)
 
 
 def fake_pass(spec: ArchSpec, w: Workload, device: torch.device, want_flops: bool,
@@ -92,6 +100,8 @@ def fake_pass(spec: ArchSpec, w: Workload, device: torch.device, want_flops: boo
             prefill = flop_counter.count_flops(generation.prefill_step(step), allow_gaps=gaps is not None)
             if prefill.complete:
                 out["prefill_macs"] = float(prefill.macs)
+        if w.mode == "train_step":
+            out.update(training.analytic_memory(step.params, w.optimizer))
         peak: list[int] = []
         if want_flops:   # one fake step both counted and tracked: fake dispatch is the cost here
             counted = flop_counter.count_flops(lambda: peak.append(memory.estimate_peak(step)),
@@ -104,9 +114,27 @@ def fake_pass(spec: ArchSpec, w: Workload, device: torch.device, want_flops: boo
         else:
             peak.append(memory.estimate_peak(step))
         out["est_peak_bytes"] = float(static_bytes(model, inputs, step) + peak[0])
-        if spec.cost is not None and w.mode != "generate":   # cost() is of one forward (of seq_len tokens)
-            names = {"macs": "analytic_fwd_macs"}   # cost() gives forward MACs whatever the mode
-            out.update({names.get(k, f"analytic_{k}"): float(v) for k, v in spec.cost(spec.config, w).items()})
+    if want_flops and w.mode == "train_step" and "flops" in out:
+        out.update(train_flops(spec, w, device, out))
+    if spec.cost is not None and w.mode != "generate":   # cost() is of one forward (of seq_len tokens)
+        names = {"macs": "analytic_fwd_macs"}   # cost() gives forward MACs whatever the mode
+        out.update({names.get(k, f"analytic_{k}"): float(v) for k, v in spec.cost(spec.config, w).items()})
+    return out
+
+
+def train_flops(spec: ArchSpec, w: Workload, device: torch.device, counted: dict[str, float]) -> dict[str, float]:
+    """A training step's FLOPs beside the counted ``flops`` (the step as run: forward, loss, backward, optimizer;
+    with checkpointing the recomputed forwards too): ``model_flops`` — the same step without checkpointing
+    (counted again on fake tensors), what MFU divides — and the 6·N·D rule as ``est_6nd_flops`` (N: trainable
+    parameters, D: tokens of the step), an estimate labelled so."""
+    out: dict[str, float] = {"model_flops": counted["flops"]}
+    if w.checkpointing != "none":
+        plain = dataclasses.replace(w, checkpointing="none")
+        model, inputs, mode = fake_case(spec, plain, device)
+        with mode:
+            out["model_flops"] = float(flop_counter.count_flops(workload_step(model, inputs, plain)).flops)
+    if w.seq_len:
+        out["est_6nd_flops"] = 6.0 * counted["params"] * w.batch_size * w.seq_len
     return out
 
 
@@ -201,7 +229,7 @@ def prepare(case: Case, opts: RunOptions, in_use: Sequence[tuple[nn.Module, str]
                 if isinstance(step, generation.Generation):     # the decode step compiled; the prefill eager
                     step = step.with_decode(compile_model(step.decoding, w.compile, "fwd"), compiled=True)
                 else:
-                    step = make_step(compile_model(model, w.compile, w.mode), inputs, w.mode, w.compile)
+                    step = workload_step(compile_model(model, w.compile, w.mode), inputs, w, w.compile, eager_step)
                 metrics["compile_s"] = warm_up_compiled(step, device, w.compile)
         return Prepared(case, spec, metrics, config, note, t0, model, inputs, step, eager_step)
     except Exception as exc:  # noqa: BLE001 — a case's failure is a result, the sweep goes on
@@ -219,6 +247,12 @@ def add_timing(p: Prepared, timed: TimingResult, load: Load | None) -> None:
         p.metrics.update(generation.figures(p.step, traces, w))
     if timed.l2_flush_bytes:
         p.metrics["l2_flush_bytes"] = float(timed.l2_flush_bytes)
+    if w.mode == "train_step":
+        extra, why = training.rates(w, p.metrics["median_ms"] / 1e3, p.metrics.get("model_flops"),
+                                    p.metrics.get("flops"), training.device_name(w.device))
+        p.metrics.update(extra)
+        if why and why not in p.note:
+            p.note = f"{p.note}; {why}" if p.note else why
     if load is not None:
         p.metrics.update(load.metrics())
 
@@ -245,7 +279,9 @@ def memory_and_kernels(p: Prepared) -> None:
 def measure_memory(p: Prepared) -> None:
     """The memory pass (separate from timing): allocator peaks on CUDA, the tensor peak and RSS on the CPU."""
     device = torch.device(p.case.workload.device)
-    if device.type == "cuda":
+    if isinstance(p.step, training.TrainStep):
+        p.metrics.update(training.measure_memory(p.step, static_bytes(p.model, p.inputs), device))
+    elif device.type == "cuda":
         p.metrics.update({k: float(v) for k, v in memory.measure_peak_cuda(p.step, device).items()})
         p.metrics["peak_bytes"] = p.metrics["cuda_max_allocated_bytes"]
     else:

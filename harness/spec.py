@@ -18,8 +18,9 @@ from harness.records import CaseRecord, Status
 DTYPE_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2}
 """The numeric types a workload may name, with their bytes per element (torch types: harness.torch_types)."""
 DTYPES: tuple[str, ...] = tuple(DTYPE_BYTES)
-# "generate": a greedy generation of new_tokens after a prompt of prompt_len (harness.generation)
-MODES: tuple[str, ...] = ("fwd", "fwd_bwd", "generate")
+# "generate": a greedy generation of new_tokens after a prompt of prompt_len (harness.generation);
+# "train_step": forward, loss, backward, optimizer step (harness.training)
+MODES: tuple[str, ...] = ("fwd", "fwd_bwd", "generate", "train_step")
 GENERATION_KEYS: tuple[str, ...] = ("prompt_len", "new_tokens")   # the fields of mode "generate" (and only of it)
 GENERATION_PROTOCOL: tuple[str, ...] = ("generation_state", "prefill", "decode")
 """The methods a model class has when it can generate (harness.generation)."""
@@ -28,6 +29,11 @@ METRICS: tuple[str, ...] = ("latency", "memory", "flops")
 # CUDA-only (torch.compile mode="reduce-overhead": inductor kernels replayed as CUDA graphs).
 COMPILES: tuple[str, ...] = ("none", "default", "max-autotune", "cudagraphs")
 CUDA_ONLY_COMPILES: frozenset[str] = frozenset({"cudagraphs"})
+# A training step (mode "train_step", harness.training): its optimizer, mixed precision and activation
+# checkpointing. Each is refused in any other mode unless at its default.
+OPTIMIZERS: tuple[str, ...] = ("adamw", "sgd")
+AMPS: tuple[str, ...] = ("none", "bf16", "fp16")     # autocast dtype; "fp16" adds a GradScaler (CUDA only)
+CHECKPOINTINGS: tuple[str, ...] = ("none", "block")  # "block": each block of the model's main ModuleList
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,9 @@ class Workload:
     compile: str = "none"  # one of COMPILES (harness.compiled); not part of a case's key while "none"
     prompt_len: int | None = None  # mode "generate": tokens of the prompt (prefilled at once)
     new_tokens: int | None = None  # mode "generate": tokens generated (the first by the prefill, then one per step)
+    optimizer: str = "adamw"     # train_step only: one of OPTIMIZERS; not part of a case's key at its default
+    amp: str = "none"            # train_step only: one of AMPS; not part of a case's key at its default
+    checkpointing: str = "none"  # train_step only: one of CHECKPOINTINGS; not part of a case's key at its default
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "seq_len", "img_size", *GENERATION_KEYS):
@@ -78,6 +87,24 @@ class Workload:
         if self.compile in CUDA_ONLY_COMPILES and self.device.split(":")[0] != "cuda":
             raise BenchInputError(f"{self.compile!r} needs a CUDA device (it replays CUDA graphs), not "
                                   f"{self.device!r}; there use \"default\" or \"max-autotune\"", where="compile")
+        self._check_training()
+
+    def _check_training(self) -> None:
+        """The train_step fields: known values, set only for a training step, fp16 autocast only on CUDA (its
+        GradScaler), and mixed precision over fp32 master weights (``dtype = "fp32"``)."""
+        for name, allowed in (("optimizer", OPTIMIZERS), ("amp", AMPS), ("checkpointing", CHECKPOINTINGS)):
+            value = getattr(self, name)
+            if value not in allowed:
+                raise BenchInputError(f"unknown {name} {value!r}; expected one of {list(allowed)}", where=name)
+            if self.mode != "train_step" and value != _TRAIN_DEFAULTS[name]:
+                raise BenchInputError(f"{name} = {value!r} applies to mode \"train_step\" only, not "
+                                      f"{self.mode!r}", where=name)
+        if self.amp == "fp16" and self.device.split(":")[0] != "cuda":
+            raise BenchInputError(f"amp \"fp16\" needs a CUDA device (its GradScaler), not {self.device!r}; "
+                                  "on the CPU use amp = \"bf16\"", where="amp")
+        if self.amp != "none" and self.dtype != "fp32":
+            raise BenchInputError(f"amp {self.amp!r} keeps fp32 master weights: dtype must be \"fp32\", "
+                                  f"not {self.dtype!r}", where="amp")
 
     @property
     def itemsize(self) -> int:
@@ -85,11 +112,13 @@ class Workload:
         return DTYPE_BYTES[self.dtype]
 
 
+_TRAIN_DEFAULTS: dict[str, str] = {"optimizer": "adamw", "amp": "none", "checkpointing": "none"}
 WORKLOAD_KEYS: frozenset[str] = frozenset(f.name for f in dataclasses.fields(Workload))
 # Workload fields added after case keys were first stored (runs, ``--resume``, the CI baseline): left out of a
 # case's key and stored workload while at their default, so every case that existed before keeps its key. A
 # field added from now on goes here too.
-OMITTED_WHEN_DEFAULT: frozenset[str] = frozenset({"compile", "prompt_len", "new_tokens"})
+OMITTED_WHEN_DEFAULT: frozenset[str] = frozenset({"compile", "prompt_len", "new_tokens", "optimizer", "amp",
+                                                  "checkpointing"})
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(Workload)}
 
 
@@ -137,15 +166,24 @@ def workload_overrides(config: Any, w: Workload) -> dict[str, Any]:
     return {"img_size": w.img_size} if w.img_size and "img_size" in _fields(config) else {}
 
 
+ENGINE_CHECKS: list[Callable[[ArchSpec, Workload], None]] = []
+"""Checks of a workload against an architecture that need the engine (torch), e.g. harness.training's (a training
+step needs trainable parameters: the model is built on the meta device); the engine module appends its check when
+imported, and :func:`check_workload` runs them after its own."""
+
+
 def check_workload(spec: ArchSpec, w: Workload) -> None:
     """A BenchInputError naming the workload field an architecture (resolved: its config as the case builds it)
     cannot take: a sequence longer than its ``max_len`` (learned positions); a generation (mode ``generate``) on a
     model without the generation protocol (an encoder, a CNN), a config the model refuses
-    (``cannot_generate(config)``: a reason, or None), or ``prompt_len + new_tokens`` past its ``max_seq_len``."""
+    (``cannot_generate(config)``: a reason, or None), or ``prompt_len + new_tokens`` past its ``max_seq_len``;
+    then the engine's checks (:data:`ENGINE_CHECKS`)."""
     limit = spec.max_len(spec.config) if spec.max_len is not None else None
     if w.seq_len and limit is not None and w.seq_len > limit:
         raise BenchInputError(f"{w.seq_len} is past the {limit} positions {spec.name} can take (its learned "
                               "positions end there: raise max_seq_len with it)", where="seq_len")
+    for check in ENGINE_CHECKS:
+        check(spec, w)
     if w.mode != "generate":
         return
     missing = [m for m in GENERATION_PROTOCOL if not callable(getattr(spec.build, m, None))]
@@ -205,4 +243,7 @@ class Case:
         sizes = ", ".join(f"{k}={v}" for k, v in (("seq_len", w.seq_len), ("img_size", w.img_size),
                                                   ("prompt_len", w.prompt_len), ("new_tokens", w.new_tokens)) if v)
         run = f" compile={w.compile}" if w.compile != "none" else ""
+        if w.mode == "train_step":
+            run += f" {w.optimizer}" + (f" amp={w.amp}" if w.amp != "none" else "") + (
+                f" ckpt={w.checkpointing}" if w.checkpointing != "none" else "")
         return f"{self.line} | {self.arch} | bs={w.batch_size} {sizes} {w.dtype} {w.mode}{run}"

@@ -30,7 +30,9 @@ def make_step(model: nn.Module, inputs: tuple, mode: str, compile: str = "none")
     ``compile`` is the workload's (harness.compiled). A compiled ``model``'s step first marks a new iteration
     for CUDA graph trees (``torch.compiler.cudagraph_mark_step_begin``: a replay may reuse the memory of the
     previous call's outputs, which the step drops; without CUDA graphs the mark is a counter increment). An
-    eager step is exactly what it was."""
+    eager step is exactly what it was. Mode "train_step" is :func:`harness.training.make_train_step`'s."""
+    if mode not in ("fwd", "fwd_bwd"):
+        raise ValueError(f"make_step runs 'fwd' or 'fwd_bwd', not {mode!r} (train_step: harness.training)")
     if mode == "fwd":
         model.eval()
 

@@ -30,6 +30,7 @@ from reports.plots import PlotSpec, figure_metrics, figure_svg, metric_figure, m
 from reports.report_tables import case_table, env_table, findings_rows, headline, num, raw_stats, side_by_side
 from reports.roofline import ABOVE_ROOF_MEANING, roofline_data, roofline_figure
 from reports.terminal import symbol
+from reports.training_view import memory_figure, size_figure, training_rows
 
 __all__ = ["render_report", "write_report", "template_env"]
 
@@ -99,7 +100,17 @@ def _run_context(index: int, run: RunRecord, records: Sequence[CaseRecord]) -> d
         "energy": _energy(run, records, f.axis),
         "frontier": _frontier(run, records),
         "cases": case_table(records, f.axis, run.peak), "raw": raw_stats(records, f.axis),
+        "training": _training(records),
     }
+
+
+def _training(records: Sequence[CaseRecord]) -> dict[str, Any] | None:
+    """The training-step section (reports.training_view): its table and two figures; None without such cases."""
+    rows = training_rows(records)
+    if not rows:
+        return None
+    figures = [fig for fig in (size_figure(records), memory_figure(records)) if fig is not None]
+    return {"rows": rows, "figures": [Markup(figure_svg(fig)) for fig in figures]}
 
 
 def _figures(records: Sequence[CaseRecord], spec: PlotSpec, f: Findings) -> list[dict[str, Any]]:

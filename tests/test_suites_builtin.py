@@ -84,6 +84,8 @@ PINNED_CPU_KEYS = {
     ("generation", True): (12, "a5330781505b48a8"),
     ("vision_frontier", False): (78, "e2490467946d0c98"),
     ("vision_frontier", True): (8, "80fc96ee9b352e1b"),
+    ("training", False): (44, "d6a05f2e28c72fe0"),
+    ("training", True): (6, "b27538ac77d76448"),
 }
 """(suite, --quick) -> (cases, sha1 of their keys in order) without --device cuda, taken before the [cuda] tables
 were added: a CPU run of every built-in suite keeps its cases and keys (stored runs, --resume and the CI
@@ -106,7 +108,8 @@ def test_cpu_cases_are_pinned(path, quick):
     assert [c.key for c in load_suite(str(path), quick=quick, sets={"device": "cpu"}).cases] == keys
 
 
-CUDA_SUITES = ("attention_scaling", "vit_vs_cnn", "long_sequence", "kv_cache", "heads", "generation")
+CUDA_SUITES = ("attention_scaling", "vit_vs_cnn", "long_sequence", "kv_cache", "heads", "generation", "training")
+AMP_SUITES = ("training",)   # [cuda] trains under bf16 autocast over fp32 master weights (dtype fp32, amp bf16)
 
 
 @pytest.mark.parametrize("quick", [False, True], ids=["full", "quick"])
@@ -123,6 +126,10 @@ def test_builtin_suite_expands_for_cuda(path, quick):
     if not gpu.cuda:
         assert [(c.line, c.arch, c.overrides, c.workload.dtype) for c in gpu.cases] == [
             (c.line, c.arch, c.overrides, c.workload.dtype) for c in cpu.cases]
+        return
+    if path.stem in AMP_SUITES:
+        assert {(c.workload.dtype, c.workload.amp) for c in gpu.cases} == {("fp32", "bf16")}
+        assert not {c.key for c in gpu.cases} & {c.key for c in cpu.cases}
         return
     dtypes = {c.workload.dtype for c in gpu.cases}
     assert dtypes == ({"bf16"} if quick else {"bf16", "fp32"})

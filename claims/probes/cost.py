@@ -495,7 +495,8 @@ TRAIN_PAIR_LEN = 32        # tokens per sentence of a training pair (WMT'14 en-d
                                   "six_nd_over_counted_base", "six_nd_over_counted_big"))
 def training_flops(ctx: Context) -> Evidence:
     """Vaswani et al.: base 100k steps, big 300k, batches of ~25,000 target tokens; the paper's 3.3e18 / 2.3e19
-    came from GPU-days × an assumed sustained rate. Measured: the training step's FLOPs (forward + backward,
+    came from GPU-days × an assumed sustained rate. Measured: the training step's FLOPs (mode "train_step":
+    forward, next-token cross-entropy, backward, AdamW step — the loss and the update are elementwise, counted 0 —
     counted on fake tensors) of one source/target pair of TRAIN_PAIR_LEN tokens each, per target token, times
     the tokens trained on; 6·N·D (N counted on the built module) is checked against that count."""
     ev = Evidence()
@@ -505,13 +506,13 @@ def training_flops(ctx: Context) -> Evidence:
         arch = f"aiayn-{size}"
         n = built_params(arch)
         tokens = steps[size] * 25_000
-        step = fake_metrics(arch, Workload(batch_size=1, seq_len=TRAIN_PAIR_LEN, mode="fwd_bwd"))
+        step = fake_metrics(arch, Workload(batch_size=1, seq_len=TRAIN_PAIR_LEN, mode="train_step"))
         counted = step["flops"] / TRAIN_PAIR_LEN * tokens          # FLOPs per target token × tokens
         ev.figures[f"params_{size}"] = Figure(float(n), unit="params", note=f"{arch} built on meta, tied embeddings")
         ev.figures[f"flops_ratio_{size}"] = Figure(
             claimed[size] / counted, unit="×",
             note=f"paper {claimed[size]:.2g} / counted {counted:.3g} FLOPs ({step['flops'] / TRAIN_PAIR_LEN:.3g} "
-                 f"per target token, forward + backward, pairs of {TRAIN_PAIR_LEN}+{TRAIN_PAIR_LEN} tokens)")
+                 f"per target token, a training step (forward, loss, backward, AdamW), pairs of {TRAIN_PAIR_LEN}+{TRAIN_PAIR_LEN} tokens)")
         ev.figures[f"six_nd_over_counted_{size}"] = Figure(6 * n * tokens / counted, unit="×",
                                                            note="the 6·N·D rule of thumb / the counted FLOPs")
     return ev
