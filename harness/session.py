@@ -146,14 +146,21 @@ def recheck_peak(store: Store, run_id: str, cases: Sequence[Case]) -> None:
     """Calibrate again at the end of the run, under the conditions its cases met (same threads, the machine's
     load then): the run keeps both (``peak_start``, ``peak_end``) and its ``peak`` becomes the higher of the two
     per device and dtype, so ``% peak`` is never inflated by a calibration taken at a slow moment; a drift of
-    more than :data:`PEAK_DRIFT` is logged. A run opened without a peak, or resumed, is left as it is."""
+    more than :data:`PEAK_DRIFT` is logged. A run opened without a peak, or resumed, is left as it is.
+
+    CPU devices only (issue 26: the GPU runs calibrated twice): the CPU's peak moves with the machine's load
+    (other processes, and the worker's start, which overlaps the start calibration: ``prestart``), a GPU's
+    does not, so a run on CUDA alone calibrates once."""
     run = store.get_run(run_id)
     start = run.options.get("peak") or {}
     if not start or "peak_end" in run.options or not cases:
         return
     used: dict[str, set[str]] = {}
     for c in cases:
-        used.setdefault(c.workload.device, set()).add(c.workload.dtype)
+        if c.workload.device == "cpu":   # a GPU's peak does not move with the host's load: calibrated once
+            used.setdefault(c.workload.device, set()).add(c.workload.dtype)
+    if not used:
+        return
     threads = max({c.workload.threads or usable_cores() for c in cases})
     end = calibrate_peak(used, threads)
     if not end:
