@@ -132,3 +132,14 @@ def test_a_busy_run_says_so_in_its_headline():
     head = headline_lines(findings(busy, run_id="r", suite="s"))[0]
     assert "measured on a busy machine (2 ok cases" in head and "1.6 cores" in head
     assert math.isfinite(1.0)
+
+
+def test_the_report_draws_an_affine_fit_over_its_points():
+    """The HTML report's figures take the findings' fits: an affine one is drawn as floor + slope·n over all its
+    points (no hollow floor points: its floor is in the model), its legend giving the marginal cost."""
+    from reports.plots import figure_svg, metric_figure, resolve_plot_spec
+    rows = [rec(n, macs=float(KV_FLOOR + KV_SLOPE * n), median_ms=1.0 + 1e-4 * n) for n in KV_NS]
+    f = findings(rows, run_id="r", suite="kv_cache")
+    spec = resolve_plot_spec({"x": "seq_len", "y": "macs"}, rows, "seq_len")
+    svg = figure_svg(metric_figure(rows, "macs", spec, {lf.line: lf.fits.get("macs") for lf in f.lines}))
+    assert 'id="fit-0"' in svg and 'id="floor-0"' not in svg and "49.2 k/token" in svg
