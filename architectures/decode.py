@@ -24,6 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from architectures import transformer_cost as tc
+from architectures.inputs import tiled_randn
 from architectures.layers.attention import KVCache
 from architectures.transformer import DECODERS, Decoder, DecoderConfig, _describe, _small, lm_logits
 from harness.registry import register
@@ -78,7 +79,7 @@ def decode_inputs(cfg: DecodeStepConfig, w: Workload, device: torch.device) -> t
         return (torch.randint(0, cfg.vocab_size, (b, n + 1), generator=g).to(device),)
     token = torch.randint(0, cfg.vocab_size, (b, 1), generator=g).to(device)
     shape = (b, cfg.kv_heads, n, cfg.head_dim)
-    cache = [torch.randn(shape, generator=g).to(device) for _ in range(2 * cfg.n_layers)]
+    cache = [tiled_randn(shape, 2, device, g) for _ in range(2 * cfg.n_layers)]   # (B, Hkv, n, hd) each
     return (token, *cache)
 
 

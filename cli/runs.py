@@ -15,6 +15,7 @@ from harness.energy import Absent, find_meter
 from harness.errors import BenchInputError
 from harness.executors import EXECUTORS
 from harness.executors.devices import check_devices, device_type, parse_devices
+from harness.executors.process import prestart as prestart_worker
 from harness.executors.ray_executor import RAY_MISSING, ray_available
 from harness.overhead import RunOverhead, summary_line
 from harness.records import CaseRecord, RunRecord
@@ -116,6 +117,8 @@ def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | No
     store = Store(store_url)
     if resume:
         check_resume_timing(store.resumable(suite.name, quick), flush_l2)
+    if executor_name == "process" and not no_calibrate:
+        prestart_worker()                # the worker imports torch and the zoo while the run calibrates
     extra = {**({"flush_l2": True} if flush_l2 else {}), **({"energy": True} if energy or require_energy else {})}
     run = Run.open_suite(store, suite, cases, resume=resume, quick=quick, calibrate=not no_calibrate,
                          options={"timeout": timeout, **extra})

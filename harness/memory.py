@@ -154,6 +154,17 @@ def measure_peak_cuda(fn: Callable[[], object], device: torch.device | str | int
     }
 
 
+def activation_peak_cuda(peak: dict[str, int | float]) -> int:
+    """The step's own peak on CUDA, meaning what ``activation_peak_bytes`` means on the CPU: the allocator's peak
+    during the step (``cuda_max_allocated_bytes``, after a reset) minus the bytes allocated before it
+    (``cuda_allocated_before_bytes``: parameters, buffers, inputs and whatever else was alive). Never negative;
+    a peak below the bytes before it is an inconsistent reading (the peak was not reset): a ValueError."""
+    top, before = int(peak["cuda_max_allocated_bytes"]), int(peak["cuda_allocated_before_bytes"])
+    if top < before:
+        raise ValueError(f"CUDA peak {top} B below the {before} B allocated before the step: peak stats not reset")
+    return top - before
+
+
 def estimate_peak(fn_fake: Callable[[], object], mode: Any | None = None) -> int:
     """Tensor peak bytes of ``fn_fake`` run on fake tensors (see harness/fake.py); allocates nothing real.
 

@@ -1,6 +1,8 @@
 """User architectures without editing the harness.
 
-Two ways in, both ending in ``harness.registry.register(ArchSpec(...))`` at import time:
+The built-in zoo (the ``architectures`` package of this source tree) is imported by name the first time
+the registry is used, installed or not: a checkout on ``PYTHONPATH`` knows its own presets. Plug-ins have
+two ways in, both ending in ``harness.registry.register(ArchSpec(...))`` at import time:
 
 * an installed package that declares an entry point in the group ``bench.architectures``
   (``[project.entry-points."bench.architectures"] mymodels = "mypkg.models"``); every such module
@@ -20,13 +22,30 @@ from pathlib import Path
 from harness.errors import BenchInputError
 
 ENTRY_POINT_GROUP = "bench.architectures"
+BUILTIN_PACKAGE = "architectures"   # imported by name, not through an entry point (works without installing)
 _loaded_files: dict[str, str] = {}
 
 
+def load_builtin() -> None:
+    """Import the built-in ``architectures`` package (each module registers its presets at import time).
+
+    Imported by name (not by a static import: the harness sits below the architectures in the import
+    layers, and loads them exactly as it loads a plug-in), so the zoo is known from a plain source checkout."""
+    try:
+        importlib.import_module(BUILTIN_PACKAGE)
+    except ImportError as exc:
+        raise BenchInputError(f"the built-in architectures failed to import: {exc}", where=BUILTIN_PACKAGE) from None
+
+
 def load_entry_points() -> list[str]:
-    """Import every module registered under the ``bench.architectures`` entry-point group."""
+    """Import every third-party module registered under the ``bench.architectures`` entry-point group.
+
+    An entry point naming the built-in package itself (left by an install from an older checkout) is
+    skipped: :func:`load_builtin` has imported it already."""
     names = []
     for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.value.split(":")[0].strip() == BUILTIN_PACKAGE:
+            continue
         try:
             ep.load()
         except (Exception, SystemExit) as exc:  # noqa: BLE001 — a broken plug-in is named, not a traceback

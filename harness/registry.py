@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from harness.errors import BenchInputError
-from harness.plugins import load_entry_points
+from harness.plugins import load_builtin, load_entry_points
 from harness.spec import ArchSpec
 
 _ARCHS: dict[str, ArchSpec] = {}
@@ -39,11 +39,13 @@ def register_namespace(prefix: str, resolver: Callable[[str], ArchSpec]) -> None
 
 
 def _ensure_loaded() -> None:
-    """Import every installed architecture module once: the entry points of the ``bench.architectures``
-    group, the built-in ``architectures`` package among them (pyproject.toml declares it like any plug-in)."""
+    """Import every architecture module once: the built-in ``architectures`` package by name (so a source
+    checkout that is not installed knows its zoo), then the third-party entry points of the
+    ``bench.architectures`` group."""
     global _loaded
     if not _loaded:
         _loaded = True
+        load_builtin()
         load_entry_points()
 
 

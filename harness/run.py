@@ -273,12 +273,18 @@ class Run:
     def _recheck_peak(self) -> None:
         """Calibrate again at the end of the run, under the conditions its cases met: the run keeps both
         (``peak_start``, ``peak_end``) and its ``peak`` becomes the higher of the two per device and dtype, so
-        ``% peak`` is never inflated by a calibration taken at a slow moment; a drift over PEAK_DRIFT is logged."""
+        ``% peak`` is never inflated by a calibration taken at a slow moment; a drift over PEAK_DRIFT is logged.
+        CPU devices only (a GPU's peak does not move with the host's load)."""
         run = self.store.get_run(self.id)
         start = run.options.get("peak") or {}
         if not start or "peak_end" in run.options or not self.todo:
             return
-        end = calibrate_peak(devices_used(self.todo), run_threads(self.todo))
+        # CPU devices only: the CPU's peak moves with the machine's load (other processes, and the worker's start,
+        # which overlaps the start calibration: ``prestart``); a GPU's does not, so a run on CUDA calibrates once
+        used = {dev: dts for dev, dts in devices_used(self.todo).items() if dev == "cpu"}
+        if not used:
+            return
+        end = calibrate_peak(used, run_threads(self.todo))
         if not end:
             return
         for device, p in end.items():

@@ -277,13 +277,16 @@ def memory_and_kernels(p: Prepared) -> None:
 
 
 def measure_memory(p: Prepared) -> None:
-    """The memory pass (separate from timing): allocator peaks on CUDA, the tensor peak and RSS on the CPU."""
+    """The memory pass (separate from timing): allocator peaks on CUDA, the tensor peak and RSS on the CPU;
+    ``activation_peak_bytes`` (the peak above the bytes alive before the step) and ``peak_bytes`` on both."""
     device = torch.device(p.case.workload.device)
     if isinstance(p.step, training.TrainStep):
         p.metrics.update(training.measure_memory(p.step, static_bytes(p.model, p.inputs), device))
     elif device.type == "cuda":
         p.metrics.update({k: float(v) for k, v in memory.measure_peak_cuda(p.step, device).items()})
         p.metrics["peak_bytes"] = p.metrics["cuda_max_allocated_bytes"]
+        # the same metric on every device: the step's peak above what was alive before it (params, inputs, ...)
+        p.metrics["activation_peak_bytes"] = float(memory.activation_peak_cuda(p.metrics))
     else:
         static = static_bytes(p.model, p.inputs, p.step)
         peak = memory.measure_peak_cpu(p.step)

@@ -327,3 +327,162 @@ def paired_ratio(a_samples: Sequence[float], a_rounds: Sequence[int], b_samples:
         raise ValueError("a paired ratio needs at least two rounds with positive times on both sides")
     centre, lo, hi = _t_interval_log(per, confidence)
     return PairedRatio(centre, lo, hi, len(per), tuple(per))
+
+
+# -- affine costs: cost = floor + slope·x (issue 26 item 6) --------------------------------------------------
+FLOOR_NEGLIGIBLE = 0.10
+"""A point is past the floor when the fitted floor is at most this share of its cost: only such points may carry
+a power-law exponent (below, the exponent of floor + slope·x measures the floor, not the scaling)."""
+
+AFFINE_MIN_POINTS_MEASURED = 4
+"""A measured (noisy) metric is called affine only with this many sizes: one degree of freedom beyond a
+quadratic term, whose interval must hold 0 (fewer points cannot tell a line from a bend)."""
+
+
+@dataclass(frozen=True)
+class AffineFit:
+    """``y = base + slope·x`` over x in [``x_min``, ``x_max``]: the floor (weights read once, a launch, a fixed
+    overhead) and the marginal cost per unit of x (``slope``: MACs, bytes or ms per token / per image) with its
+    95 % interval. ``exact``: an exact count fitted within its rounding (the interval is the rounding's, no
+    noise). ``power``: the log-log exponent over the points where the floor is at most
+    :data:`FLOOR_NEGLIGIBLE` of the cost (from ``power_x_min`` up), None when the floor is felt everywhere."""
+
+    base: float                          # the floor: the cost at x → 0
+    slope: float
+    slope_lo: float
+    slope_hi: float
+    base_lo: float
+    base_hi: float
+    x_min: float
+    x_max: float
+    n: int
+    exact: bool = False
+    power: Fit | None = None
+    power_x_min: float | None = None
+
+    @property
+    def exponent(self) -> float | None:
+        """The power-law exponent where one may be claimed (see ``power``), else None."""
+        return self.power.exponent if self.power is not None else None
+
+    def floor_share(self, x: float) -> float:
+        """The floor's share of the fitted cost at ``x``."""
+        total = self.base + self.slope * x
+        return self.base / total if total > 0 else math.nan
+
+
+def _wls(x: np.ndarray, y: np.ndarray, degree: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Weighted least squares of ``y`` on ``1, x, …, x^degree`` with weights ``1/y`` (relative errors: a timing's
+    noise grows with it): coefficients, their covariance, the residual degrees of freedom."""
+    design = np.vander(x, degree + 1, increasing=True) / y[:, None]
+    target = np.ones_like(y)
+    coef, *_ = np.linalg.lstsq(design, target, rcond=None)
+    dof = len(y) - (degree + 1)
+    resid = target - design @ coef
+    s2 = float(resid @ resid) / dof if dof > 0 else math.nan
+    cov = s2 * np.linalg.pinv(design.T @ design)
+    return coef, cov, dof
+
+
+def fit_affine(x: Sequence[float], y: Sequence[float], *, exact: bool = False,
+               confidence: float = 0.95) -> AffineFit | None:
+    """``y = floor + slope·x`` when the data are affine with a floor, else None (use :func:`fit_scaling`).
+
+    ``exact`` (a count: MACs, FLOPs, bytes, params): the line through the smallest and largest x must hit every
+    point within the counts' rounding (±0.5 each, plus float precision); the slope's interval is then that
+    rounding, ±1/(x_max − x_min), never a noise interval. Measured (times, peaks): at least
+    :data:`AFFINE_MIN_POINTS_MEASURED` sizes, relative-error weighted least squares, and the quadratic term of
+    a second fit must be indistinguishable from 0; intervals are Student-t. Either way the floor must be
+    present (its interval above 0) and the slope positive (a measured slope's whole interval: a flat metric
+    is left to the power law, whose exponent ≈ 0 says so); otherwise None."""
+    pts = sorted((float(a), float(b)) for a, b in zip(x, y, strict=True)
+                 if math.isfinite(a) and math.isfinite(b) and a > 0 and b > 0)
+    xs = np.array([p[0] for p in pts])
+    ys = np.array([p[1] for p in pts])
+    if len(set(xs.tolist())) < 2:
+        return None
+    t = lambda dof: float(sps.t.ppf(0.5 + confidence / 2.0, dof))  # noqa: E731
+    if exact:
+        (x0, y0), (x1, y1) = pts[0], pts[-1]
+        slope = (y1 - y0) / (x1 - x0)
+        floor = y0 - slope * x0
+        tol = 0.5 + 1e-12 * float(np.max(np.abs(ys)))
+        if np.max(np.abs(floor + slope * xs - ys)) > 2 * tol:
+            return None
+        ds = 2 * tol / (x1 - x0)                         # each end count ±tol
+        df = tol + ds * x0
+        slope_lo, slope_hi, base_lo, base_hi = slope - ds, slope + ds, floor - df, floor + df
+    else:
+        if len(pts) < AFFINE_MIN_POINTS_MEASURED or len(set(xs.tolist())) < AFFINE_MIN_POINTS_MEASURED:
+            return None
+        scale = xs.max()                                  # x in units of its largest value: a well-conditioned fit
+        coef, cov, dof = _wls(xs / scale, ys, 1)
+        quad, qcov, qdof = _wls(xs / scale, ys, 2)
+        qhalf = t(qdof) * math.sqrt(max(qcov[2, 2], 0.0))
+        if not quad[2] - qhalf <= 0 <= quad[2] + qhalf:
+            return None                                   # it bends: not affine
+        floor, slope = float(coef[0]), float(coef[1]) / scale
+        fh, sh = t(dof) * math.sqrt(max(cov[0, 0], 0.0)), t(dof) * math.sqrt(max(cov[1, 1], 0.0)) / scale
+        slope_lo, slope_hi, base_lo, base_hi = slope - sh, slope + sh, floor - fh, floor + fh
+    if not (base_lo > 0 and slope > 0 and (exact or slope_lo > 0)):
+        return None                                       # no floor, or no marginal cost measurable: not affine
+    past = [(a, b) for a, b in pts if floor / (floor + slope * a) <= FLOOR_NEGLIGIBLE]
+    power = fit_loglog([p[0] for p in past], [p[1] for p in past], confidence) if len(past) >= 2 else None
+    if exact and power is not None:                       # an exact count's exponent carries no noise interval
+        power = Fit(power.exponent, power.exponent, power.exponent, power.intercept, power.r2, power.n)
+    return AffineFit(float(floor), float(slope), float(slope_lo), float(slope_hi), float(base_lo), float(base_hi),
+                     float(xs[0]), float(xs[-1]), len(pts), exact, power, past[0][0] if power is not None else None)
+
+
+def fit_cost(x: Sequence[float], y: Sequence[float], *, exact: bool = False,
+             confidence: float = 0.95) -> AffineFit | ScalingFit | None:
+    """The fit a view shows for a cost vs a swept size: :func:`fit_affine` where the data are affine with a
+    floor (the marginal cost per unit, a power law only past the floor), else :func:`fit_scaling`'s power law
+    over the scaling regime."""
+    return fit_affine(x, y, exact=exact, confidence=confidence) or fit_scaling(x, y, confidence)
+
+
+@dataclass(frozen=True)
+class FloorPowerFit:
+    """``y = floor + slope·x^k`` fitted with all three free (relative-error least squares): ``k`` is the exponent of
+    the cost above the floor, with its 95 % interval (Student-t, n − 3 degrees of freedom; none for 3 points)."""
+
+    floor: float
+    slope: float
+    k: float
+    k_lo: float
+    k_hi: float
+    n: int
+    x_min: float
+    x_max: float
+
+
+def fit_floor_power(x: Sequence[float], y: Sequence[float], confidence: float = 0.95) -> FloorPowerFit | None:
+    """``y = floor + slope·x^k`` (floor ≥ 0), or None with fewer than 3 sizes or when the fit does not converge.
+    Used where the data have a floor (:func:`fit_affine` found one): the exponent of what grows with x, which a
+    log-log fit of the whole cost would bias towards 0."""
+    from scipy.optimize import curve_fit
+
+    pts = sorted((float(a), float(b)) for a, b in zip(x, y, strict=True)
+                 if math.isfinite(a) and math.isfinite(b) and a > 0 and b > 0)
+    if len({p[0] for p in pts}) < 3:
+        return None
+    xs, ys = np.array([p[0] for p in pts]), np.array([p[1] for p in pts])
+    u = xs / xs.max()                                      # x in units of its largest: well conditioned
+    aff = fit_affine(xs, ys, exact=True) or fit_affine(xs, ys)
+    p0 = ([aff.base, aff.slope * xs.max(), 1.0] if aff is not None
+          else [float(ys.min()) / 2, float(ys.max()), 1.0])
+    model = lambda v, a, b, k: a + b * v ** k  # noqa: E731
+    try:
+        popt, pcov = curve_fit(model, u, ys, p0=p0, sigma=ys, bounds=([0.0, 0.0, 0.0], [np.inf, np.inf, 8.0]),
+                               maxfev=20000)
+    except (RuntimeError, ValueError):
+        return None
+    a, b, k = (float(v) for v in popt)
+    dof = len(pts) - 3
+    if dof > 0 and np.all(np.isfinite(pcov)):
+        half = float(sps.t.ppf(0.5 + confidence / 2.0, dof)) * math.sqrt(max(float(pcov[2, 2]), 0.0))
+        k_lo, k_hi = k - half, k + half
+    else:
+        k_lo = k_hi = math.nan
+    return FloorPowerFit(a, b / xs.max() ** k, k, k_lo, k_hi, len(pts), float(xs[0]), float(xs[-1]))

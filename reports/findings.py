@@ -1,5 +1,6 @@
-"""What a run shows, as data: per line the fitted scaling exponents of time, memory and MACs over the
-scaling regime (:func:`harness.stats.fit_scaling`, the floor reported apart), and the ratios between lines
+"""What a run shows, as data: per line the fits of time, memory and MACs vs the swept size — affine (a floor plus
+the marginal cost per unit, :func:`harness.stats.fit_affine`) where the data have a floor, else the scaling
+exponent over the scaling regime (:func:`harness.stats.fit_scaling`, the floor reported apart) — and the ratios between lines
 that differ in exactly one parameter, at the largest size both reached. The terminal headline, the
 report's first section and ``bench show`` all read these (torch-free).
 """
@@ -10,11 +11,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.records import CaseRecord, RunRecord
-from harness.stats import ScalingFit, compare, fit_scaling
+from harness.stats import AffineFit, ScalingFit, compare, fit_cost
 from reports.frames import is_number, sweep_axis, varying_keys
 
 FIT_METRICS: dict[str, str] = {"median_ms": "time", "peak_bytes": "memory", "macs": "MACs"}
 """Metric → its name in a finding, in the order findings list them."""
+
+EXACT_METRICS = frozenset({"macs", "flops", "params", "bytes_moved"})
+"""Exact counts (no noise): an affine fit of them is checked within rounding and gets no noise interval."""
 
 
 @dataclass(frozen=True)
@@ -32,7 +36,7 @@ class LineFinding:
 
     line: str
     params: dict[str, Any]
-    fits: dict[str, ScalingFit | None]
+    fits: dict[str, ScalingFit | AffineFit | None]
     statuses: dict[str, int]
 
 
@@ -60,8 +64,10 @@ class Findings:
     lines: list[LineFinding]
     contrasts: list[Contrast]
     statuses: dict[str, int] = field(default_factory=dict)
+    busy: int = 0                        # ok cases timed while other processes loaded the machine
+    busy_cores: float = 0.0              # the most cores those other processes used
 
-    def fit(self, line: str, metric: str) -> ScalingFit | None:
+    def fit(self, line: str, metric: str) -> ScalingFit | AffineFit | None:
         return next((lf.fits.get(metric) for lf in self.lines if lf.line == line), None)
 
 
@@ -84,7 +90,9 @@ def findings(records: Sequence[CaseRecord], *, run_id: str = "", suite: str = ""
         params = {k: recs[0].value(k) for k in keys if len({repr(r.value(k)) for r in recs}) == 1}
         fits = {m: _fit(recs, axis, m) if numeric else None for m in FIT_METRICS}
         lines.append(LineFinding(line, params, fits, _count(recs)))
-    return Findings(run_id, suite, axis, lines, _contrasts(lines, by_line, axis), _count(records))
+    busy = [r for r in records if r.ok and r.metric("load_busy")]
+    return Findings(run_id, suite, axis, lines, _contrasts(lines, by_line, axis), _count(records), len(busy),
+                    max((r.metric("load_others_cores") or 0.0 for r in busy), default=0.0))
 
 
 def _count(records: Sequence[CaseRecord]) -> dict[str, int]:
@@ -94,9 +102,12 @@ def _count(records: Sequence[CaseRecord]) -> dict[str, int]:
     return out
 
 
-def _fit(records: Sequence[CaseRecord], axis: str, metric: str) -> ScalingFit | None:
+def _fit(records: Sequence[CaseRecord], axis: str, metric: str) -> ScalingFit | AffineFit | None:
+    """:func:`harness.stats.fit_cost`: affine (floor + marginal cost per unit) where the data have a floor,
+    else the power law over the scaling regime."""
     pts = [(float(r.value(axis)), r.metric(metric)) for r in records if r.ok and r.metric(metric) is not None]
-    return fit_scaling([p[0] for p in pts], [p[1] for p in pts]) if len(pts) >= 2 else None
+    return (fit_cost([p[0] for p in pts], [p[1] for p in pts], exact=metric in EXACT_METRICS)
+            if len(pts) >= 2 else None)
 
 
 def _contrasts(lines: list[LineFinding], by_line: dict[str, list[CaseRecord]], axis: str | None) -> list[Contrast]:

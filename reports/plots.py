@@ -27,7 +27,7 @@ from matplotlib.ticker import LogFormatter  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
 from harness.records import CaseRecord  # noqa: E402
-from harness.stats import Fit, ScalingFit, fit_scaling, top_slope  # noqa: E402
+from harness.stats import AffineFit, Fit, ScalingFit, fit_scaling, top_slope  # noqa: E402
 from reports.frames import is_number  # noqa: E402
 from reports.terminal import fit_text, symbol  # noqa: E402
 
@@ -146,7 +146,7 @@ def scaling_fit(x: Sequence[float], y: Sequence[float]) -> ScalingFit | None:
 
 
 def metric_figure(records: Sequence[CaseRecord], metric: str, spec: PlotSpec,
-                  fits: Mapping[str, ScalingFit | None] | None = None, title: str | None = None,
+                  fits: Mapping[str, ScalingFit | AffineFit | None] | None = None, title: str | None = None,
                   figsize: tuple[float, float] = (6.4, 4.8)) -> Figure:
     """``metric`` vs ``spec.x`` with one line per suite line; log-log where the axis is a size.
 
@@ -175,7 +175,7 @@ def metric_figure(records: Sequence[CaseRecord], metric: str, spec: PlotSpec,
         mine = sorted((r for r in records if r.line == line), key=xpos)
         ok = [r for r in mine if r.ok and r.metric(metric) is not None]
         fit = fits.get(line)
-        label = tex_safe(f"{line}: {fit_text(fit, spec.x, regime=False)}" if fit else line)
+        label = tex_safe(f"{line}: {fit_text(fit, spec.x, regime=False, metric=metric)}" if fit else line)
         if ok:
             any_points = True
             xs, ys = [xpos(r) for r in ok], [r.metric(metric) / view.scale for r in ok]
@@ -225,12 +225,16 @@ def _ci_errors(ok: list[CaseRecord], ys: list[float]) -> list[list[float]] | Non
     return [[max(y - lo, 0.0) for y, lo in zip(ys, lows)], [max(hi - y, 0.0) for y, hi in zip(ys, highs)]]
 
 
-def _draw_fit(ax: Axes, fit: ScalingFit, scale: float, color: str, i: int) -> None:
-    """The fitted power law over the scaling regime only: a broad translucent band under the points."""
+def _draw_fit(ax: Axes, fit: ScalingFit | AffineFit, scale: float, color: str, i: int) -> None:
+    """The fitted power law over the scaling regime only (an affine fit, floor + slope·x, over all its points):
+    a broad translucent band under the points."""
     n = 24
     lo, hi = math.log(fit.x_min), math.log(fit.x_max)
     xs = [math.exp(lo + (hi - lo) * j / (n - 1)) for j in range(n)]
-    ys = [math.exp(fit.fit.intercept) * x ** fit.exponent / scale for x in xs]
+    if isinstance(fit, AffineFit):
+        ys = [(fit.base + fit.slope * x) / scale for x in xs]
+    else:
+        ys = [math.exp(fit.fit.intercept) * x ** fit.exponent / scale for x in xs]
     ax.plot(xs, ys, color=color, lw=5, alpha=0.22, solid_capstyle="round", zorder=1, gid=f"fit-{i}")
 
 

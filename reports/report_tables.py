@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness.records import LABEL_KEYS, CaseRecord, RunRecord
-from harness.stats import summarize
+from harness.stats import ScalingFit, summarize
 from reports.findings import FIT_METRICS, Findings
 from reports.labels import case_labels, param_columns
 from reports.frames import sdpa_backend
@@ -44,12 +44,13 @@ def headline(f: Findings) -> dict[str, list[str]]:
 def floor_text(f: Findings, line: str) -> str:
     """``4.38 ms for n ≤ 1024``: the time floor below the scaling regime (as the terminal's findings table)."""
     t = f.fit(line, "median_ms")
-    return f"{t.floor_y:,.2f} ms for {symbol(f.axis)} ≤ {t.floor[-1][0]:g}" if t and t.floor else ""
+    return (f"{t.floor_y:,.2f} ms for {symbol(f.axis)} ≤ {t.floor[-1][0]:g}"
+            if isinstance(t, ScalingFit) and t.floor else "")
 
 
 def findings_rows(f: Findings) -> list[dict[str, Any]]:
     """Per line: the fit (exponent, 95% CI, regime start) of time, memory and MACs, the time floor, failures."""
-    return [{"line": lf.line, "fits": [fit_text(lf.fits.get(m), f.axis) for m in FIT_METRICS],
+    return [{"line": lf.line, "fits": [fit_text(lf.fits.get(m), f.axis, metric=m) for m in FIT_METRICS],
              "floor": floor_text(f, lf.line),
              "failed": ", ".join(f"{n} {s}" for s, n in lf.statuses.items() if s != "ok")} for lf in f.lines]
 

@@ -9,7 +9,7 @@ from typing import Any
 from rich.table import Table
 
 from harness.records import CaseRecord, RunRecord
-from harness.stats import ScalingFit
+from harness.stats import FLOOR_NEGLIGIBLE, AffineFit, ScalingFit
 from reports.compare import Comparison
 from reports.findings import FIT_METRICS, Contrast, Findings, LineFinding, Ratio
 from reports.frames import rates, sdpa_backend
@@ -32,10 +32,53 @@ def symbol(axis: str | None) -> str:
     return AXIS_SYMBOL.get(axis or "", axis or "x")
 
 
-def fit_text(fit: ScalingFit | None, axis: str | None, regime: bool = True) -> str:
-    """``n^2.02 [1.98, 2.05]`` (with ``for n ≥ 1024`` when the fit leaves a floor below); ``-`` for no fit."""
+AXIS_UNIT = {"seq_len": "token", "batch_size": "sample", "img_size": "px", "n_layers": "layer", "n_heads": "head"}
+"""What one unit of a swept axis is, for a marginal cost (``0.86 µs/token``)."""
+
+_METRIC_UNIT = {"median_ms": ("s", 1e-3), "peak_bytes": ("B", 1.0), "activation_peak_bytes": ("B", 1.0),
+                "bytes_moved": ("B", 1.0), "macs": ("", 1.0), "flops": ("", 1.0)}
+_SI = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""), (1e-3, "m"), (1e-6, "µ"), (1e-9, "n"))
+
+
+def si(value: float, unit: str = "", digits: int = 3) -> str:
+    """``value`` with an SI prefix: ``si(2.3e-6, "s") == "2.3 µs"``, ``si(6144) == "6.14 k"``."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g} {unit}".strip()
+    scale, prefix = next(((f, p) for f, p in _SI if abs(value) >= f * 0.9995), _SI[-1])
+    return f"{value / scale:.{digits}g} {prefix}{unit}".strip()
+
+
+def affine_text(fit: AffineFit, axis: str | None, metric: str = "") -> str:
+    """``0.54 ms + 75.1 ns/token [57.4, 92.8]`` (a measured cost: the marginal cost per unit of the axis with its
+    95 % interval), ``23.1 M + 6.14 k/token (exact; ...)`` (an exact count: no noise interval), then ``; n^0.97
+    for n ≥ 16384`` where some points are past the floor, else ``(floor > 10 % at every n: no exponent)``."""
+    unit, scale = _METRIC_UNIT.get(metric, ("", 1.0))
+    per = AXIS_UNIT.get(axis or "", symbol(axis))
+    slope = fit.slope * scale
+    text = f"{si(fit.base * scale, unit)} + {si(slope, unit)}/{per}"
+    notes = []
+    if fit.exact:
+        notes.append("exact")
+    elif math.isfinite(fit.slope_lo):
+        lo, hi = fit.slope_lo * scale, fit.slope_hi * scale
+        factor = next((f for f, _ in _SI if abs(slope) >= f * 0.9995), _SI[-1][0])
+        text += f" [{lo / factor:.3g}, {hi / factor:.3g}]"
+    if fit.power is not None:
+        text += f"; {symbol(axis)}^{fit.power} for {symbol(axis)} ≥ {fit.power_x_min:g}"
+    else:
+        notes.append(f"floor > {100 * FLOOR_NEGLIGIBLE:.0f} % at every {symbol(axis)}: no exponent")
+    if notes:
+        text += f" ({'; '.join(notes)})"
+    return text
+
+
+def fit_text(fit: ScalingFit | AffineFit | None, axis: str | None, regime: bool = True, metric: str = "") -> str:
+    """``n^2.02 [1.98, 2.05]`` (with ``for n ≥ 1024`` when the fit leaves a floor below); an affine fit as
+    :func:`affine_text` (``metric`` names its unit); ``-`` for no fit."""
     if fit is None:
         return "-"
+    if isinstance(fit, AffineFit):
+        return affine_text(fit, axis, metric)
     text = f"{symbol(axis)}^{fit}"
     if regime and fit.floor:
         text += f" for {symbol(axis)} ≥ {fit.x_min:g}"
@@ -127,13 +170,18 @@ def findings_table(f: Findings) -> Table:
     table.add_column("time floor", justify="right")
     for lf in f.lines:
         t = lf.fits.get("median_ms")
-        floor = f"{t.floor_y:,.2f} ms for {symbol(f.axis)} ≤ {t.floor[-1][0]:g}" if t and t.floor else ""
-        table.add_row(lf.line, *(fit_text(lf.fits.get(m), f.axis) for m in FIT_METRICS), floor)
+        floor = (f"{t.floor_y:,.2f} ms for {symbol(f.axis)} ≤ {t.floor[-1][0]:g}"
+                 if isinstance(t, ScalingFit) and t.floor else "")
+        table.add_row(lf.line, *(fit_text(lf.fits.get(m), f.axis, metric=m) for m in FIT_METRICS), floor)
     return table
 
 
-def _times(r: Ratio, faster: str, slower: str, same: str, tol: float = 0.03) -> str:
+def _times(r: Ratio, faster: str, slower: str, same: str, tol: float = 0.03, what: str = "time") -> str:
+    """``3.1× [2.9, 3.3] faster``; a ratio whose interval holds 1 (and is not within ``tol`` of it) gives no
+    direction: ``time undecided (ratio 2.5, 95 % interval [0.35, 3] holds 1)``."""
     interval = f" [{r.lo:.2g}, {r.hi:.2g}]" if r.lo is not None and r.hi is not None else ""
+    if interval and r.lo <= 1.0 <= r.hi and abs(r.value - 1) >= tol:
+        return f"{what} undecided (ratio {r.value:.2g}, 95 % interval{interval} holds 1)"
     if abs(r.value - 1) < tol:
         return same + (f" ({r.value:.2f}×{interval})" if interval else "")
     if r.value > 1:
@@ -148,17 +196,19 @@ def contrast_text(c: Contrast, axis: str | None) -> str:
     if c.time:
         parts.append(_times(c.time, "faster", "slower", "the same time"))
     if c.memory:
-        parts.append(_times(c.memory, "less memory", "more memory", "the same memory"))
+        parts.append(_times(c.memory, "less memory", "more memory", "the same memory", what="memory"))
     if c.macs and abs(c.macs.value - 1) >= 0.03:
-        parts.append(_times(c.macs, "fewer MACs", "more MACs", "the same MACs"))
+        parts.append(_times(c.macs, "fewer MACs", "more MACs", "the same MACs", what="MACs"))
     return f"{where}{c.b} vs {c.a} ({c.key} {c.b_value} vs {c.a_value}): " + ", ".join(parts or ["no figures"])
 
 
 def line_text(lf: LineFinding, axis: str | None) -> str:
-    """``eager fwd: time ∝ n^2.02 [1.98, 2.05], memory ∝ n^2.00 [...], MACs ∝ n^2.00; time floor 4.4 ms for n ≤ 512``."""
-    parts = [f"{name} ∝ {fit_text(lf.fits[m], axis)}" for m, name in FIT_METRICS.items() if lf.fits.get(m)]
+    """``eager fwd: time ∝ n^2.02 [1.98, 2.05], memory ∝ n^2.00 [...], MACs ∝ n^2.00; time floor 4.4 ms for n ≤ 512``;
+    an affine cost reads ``MACs = 23.1 M + 6.14 k/token (exact); no power law (...)``."""
+    parts = [f"{name} {'=' if isinstance(lf.fits[m], AffineFit) else '∝'} {fit_text(lf.fits[m], axis, metric=m)}"
+             for m, name in FIT_METRICS.items() if lf.fits.get(m)]
     t = lf.fits.get("median_ms")
-    if t is not None and t.floor:
+    if isinstance(t, ScalingFit) and t.floor:
         parts.append(f"time floor {t.floor_y:,.3g} ms for {symbol(axis)} ≤ {t.floor[-1][0]:g}")
     failed = {s: n for s, n in lf.statuses.items() if s != "ok"}
     if failed:
@@ -185,7 +235,9 @@ def headline_contrasts(f: Findings) -> list[Contrast]:
 def headline_lines(f: Findings) -> list[str]:
     """What the run shows, in a few sentences: how each line scales, and the one-parameter contrasts."""
     counts = ", ".join(f"{n} {s}" for s, n in sorted(f.statuses.items(), key=lambda kv: kv[0] != "ok"))
-    out = [f"{f.suite} · run {f.run_id} · {sum(f.statuses.values())} cases: {counts}"]
+    out = [f"{f.suite} · run {f.run_id} · {sum(f.statuses.values())} cases: {counts}"
+           + (f" · measured on a busy machine ({f.busy} ok case{'s' if f.busy != 1 else ''} timed while other "
+              f"processes used up to {f.busy_cores:.1f} cores: its times are not reliable)" if f.busy else "")]
     contrasts = headline_contrasts(f)
     shown = f.lines
     if len(shown) > HEADLINE_LINES:

@@ -28,7 +28,9 @@ parallel tests (marker ``serial``), so another test running beside them cannot p
 def pytest_collection_modifyitems(config, items):
     skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
     for item in items:
-        if "gpu" in item.keywords and not torch.cuda.is_available():
+        # the marker, not ``item.keywords`` (which also holds the names of parent directories: a checkout in a
+        # folder called "gpu" would skip every test)
+        if item.get_closest_marker("gpu") is not None and not torch.cuda.is_available():
             item.add_marker(skip_gpu)
         if item.module is not None and item.module.__name__.rsplit(".", 1)[-1] in SERIAL_MODULES:
             item.add_marker(pytest.mark.serial)

@@ -107,3 +107,24 @@ def test_a_run_recalibrates_at_its_end_and_keeps_the_higher_peak(tmp_path) -> No
     start, end, peak = run.options["peak_start"], run.options["peak_end"], run.options["peak"]
     rates = [p["cpu"]["matmul_flops_per_s"]["fp32"] for p in (start, end, peak)]
     assert rates[2] == max(rates[0], rates[1]) and rates[0] != rates[1]     # two real measurements
+
+
+def test_a_cuda_only_run_calibrates_once(monkeypatch) -> None:
+    """Issue 26: GPU runs calibrated twice (start and end); a GPU's peak does not move with the host's load, so
+    the end re-check runs for CPU cases only."""
+    from types import SimpleNamespace
+
+    from harness import session
+    calls: list[dict] = []
+    monkeypatch.setattr(session, "calibrate_peak", lambda used, threads: calls.append(used) or {
+        d: {"matmul_flops_per_s": {dt: 1e9 for dt in dts}, "copy_bytes_per_s": 1e9} for d, dts in used.items()})
+    updates: list[dict] = []
+    store = SimpleNamespace(get_run=lambda run_id: SimpleNamespace(options={"peak": {"cuda": {}, "cpu": {}}}),
+                            update_options=lambda run_id, **kw: updates.append(kw))
+
+    def case(device: str) -> SimpleNamespace:
+        return SimpleNamespace(workload=SimpleNamespace(device=device, dtype="bf16", threads=1))
+    session.recheck_peak(store, "r", [case("cuda"), case("cuda")])
+    assert calls == [] and updates == []
+    session.recheck_peak(store, "r", [case("cuda"), case("cpu")])
+    assert calls == [{"cpu": {"bf16"}}] and set(updates[0]["peak_end"]) == {"cpu"}

@@ -72,3 +72,16 @@ def test_step_cost_matches_counts(name, use_cache):
     w = Workload(batch_size=2, seq_len=16)
     predicted = spec.cost(spec.config, w)
     assert (predicted["params"], predicted["macs"]) == counted_cost(spec, w)
+
+
+def test_long_random_inputs_are_tiled_not_drawn_whole():
+    """A decode step's KV cache is drawn for 512 positions on the CPU and repeated on the device (issue 26: drawing a
+    1.6 G-value cache value by value was a third of the GPU kv_cache run): the same values on every call, the
+    shape asked for, contiguous."""
+    from architectures.inputs import TILE, tiled_randn
+    a = tiled_randn((2, 3, 3 * TILE + 5, 4), 2, torch.device("cpu"), torch.Generator().manual_seed(0))
+    b = tiled_randn((2, 3, 3 * TILE + 5, 4), 2, torch.device("cpu"), torch.Generator().manual_seed(0))
+    assert a.shape == (2, 3, 3 * TILE + 5, 4) and a.is_contiguous() and torch.equal(a, b)
+    assert torch.equal(a[:, :, :TILE], a[:, :, TILE:2 * TILE]) and torch.equal(a[:, :, :5], a[:, :, 3 * TILE:])
+    short = tiled_randn((1, 2, 7, 4), 2, torch.device("cpu"), torch.Generator().manual_seed(0))
+    assert torch.equal(short, torch.randn((1, 2, 7, 4), generator=torch.Generator().manual_seed(0)))

@@ -234,3 +234,19 @@ def test_the_worker_outlives_exceptions_and_caught_ooms(sweep):
     workers = [sweep.out[line].built_in for line in ("boom", "torch_oom", "memory_error", "ok_d")]
     assert all(len(w) == 1 for w in workers) and len(set().union(*workers)) == 1
     assert sweep.out["ok_d"].worker_pid in workers[0]
+
+
+def test_a_prestarted_worker_is_taken_by_the_next_executor():
+    """``prestart`` spawns the worker before the run calibrates (issue 26: start the worker while calibrating);
+    the executor then waits only for what is left of its start, and uses that worker."""
+    from harness.executors import process
+    process.prestart()
+    process.prestart()                                    # at most one is kept
+    assert len(process._prestarted) == 1
+    proc = process._prestarted[0][0]
+    ex = process.ProcessExecutor()
+    try:
+        ex._ensure()
+        assert ex.proc is proc and process._prestarted == [] and ex.starts == 1 and proc.is_alive()
+    finally:
+        ex.close()

@@ -13,6 +13,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from harness.fake import build_fake, new_fake_mode
 from harness.memory import (
     LiveTensorTracker,
+    activation_peak_cuda,
     estimate_peak,
     measure_peak_cpu,
     measure_peak_cuda,
@@ -215,3 +216,50 @@ def test_measure_peak_cuda() -> None:
     assert result["cuda_max_allocated_bytes"] - result["cuda_allocated_before_bytes"] >= 8 * MiB
     assert result["cuda_max_reserved_bytes"] >= result["cuda_max_allocated_bytes"]
     assert 0 <= memory_budget(device) < torch.cuda.get_device_properties(device).total_memory
+
+
+# -- activation_peak_bytes means the same on CUDA as on the CPU (issue 26 item 3: C08 read "no value" on CUDA) ----
+def test_activation_peak_cuda_is_the_peak_above_what_was_alive_before() -> None:
+    peak = {"cuda_max_allocated_bytes": 9 * MiB, "cuda_allocated_before_bytes": 4 * MiB, "cuda_max_reserved_bytes": 0}
+    assert activation_peak_cuda(peak) == 5 * MiB
+    assert activation_peak_cuda({**peak, "cuda_max_allocated_bytes": 4 * MiB}) == 0     # a step that allocates nothing
+    with pytest.raises(ValueError, match="not reset"):
+        activation_peak_cuda({**peak, "cuda_max_allocated_bytes": MiB})
+
+
+def test_measure_memory_stores_activation_peak_on_cuda(monkeypatch) -> None:
+    """A CUDA case (the allocator faked: no GPU here) stores ``activation_peak_bytes``, which C08 reads, next to
+    ``peak_bytes`` — the same metric a CPU case stores."""
+    from types import SimpleNamespace
+
+    from harness import memory, runner
+    seen = []
+    monkeypatch.setattr(memory, "measure_peak_cuda", lambda fn, device: seen.append(fn()) or {
+        "cuda_max_allocated_bytes": 2_254_000_000, "cuda_allocated_before_bytes": 54_000_000,
+        "cuda_max_reserved_bytes": 2_400_000_000})
+    p = SimpleNamespace(case=SimpleNamespace(workload=SimpleNamespace(device="cuda")), metrics={}, step=lambda: 1)
+    runner.measure_memory(p)
+    assert seen == [1]
+    assert p.metrics["activation_peak_bytes"] == 2_200_000_000 and p.metrics["peak_bytes"] == 2_254_000_000
+    cpu = SimpleNamespace(case=SimpleNamespace(workload=SimpleNamespace(device="cpu")), metrics={},
+                          model=nn.Linear(4, 4), inputs=(torch.zeros(2, 4),), step=lambda: torch.ones(256))
+    runner.measure_memory(cpu)
+    assert cpu.metrics["activation_peak_bytes"] == 256 * F32                              # the same meaning on CPU
+    assert set(p.metrics) >= {"activation_peak_bytes", "peak_bytes"} <= set(cpu.metrics)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_activation_peak_on_cuda_matches_the_cpu_tensor_peak() -> None:
+    """Eager attention's activation peak on CUDA (allocator) agrees with the CPU tracker's exact count (2 score
+    matrices + the output, 1032 MiB), within the allocator's rounding and a cuBLAS workspace."""
+    from types import SimpleNamespace
+
+    from harness import runner
+    q, k, v = (t.cuda() for t in qkv())
+    with torch.no_grad():
+        eager_attention(q, k, v)                             # warm: cuBLAS handles and workspace allocated before
+        p = SimpleNamespace(case=SimpleNamespace(workload=SimpleNamespace(device="cuda")), metrics={},
+                            step=lambda: eager_attention(q, k, v))
+        runner.measure_memory(p)
+    assert 0.97 * EAGER_PEAK <= p.metrics["activation_peak_bytes"] <= 1.1 * EAGER_PEAK

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from importlib.metadata import EntryPoint
 from pathlib import Path
 
@@ -55,3 +58,54 @@ def test_broken_entry_point_is_named(monkeypatch):
     monkeypatch.setattr(plugins, "entry_points", lambda group: [ep])
     with pytest.raises(BenchInputError, match="plug-in 'bad'"):
         plugins.load_entry_points()
+
+
+def _builtin_presets() -> set[str]:
+    registry.list_archs()
+    return {n for n, s in registry._ARCHS.items() if getattr(s.build, "__module__", "").startswith("architectures")}
+
+
+def test_builtin_zoo_is_found_with_no_entry_points(monkeypatch):
+    """The registry imports the built-in ``architectures`` itself: with no entry point at all (a source
+    checkout that was never installed) every built-in preset and namespace is still known."""
+    expected = _builtin_presets()
+    assert {"resnet50", "attention-core"} <= expected
+    saved_modules = {k: m for k, m in sys.modules.items() if k == "architectures" or k.startswith("architectures.")}
+    monkeypatch.setattr(plugins, "entry_points", lambda group=None: [])
+    monkeypatch.setattr(registry, "_ARCHS", {})
+    monkeypatch.setattr(registry, "_NAMESPACES", {})
+    monkeypatch.setattr(registry, "_loaded", False)
+    for name in saved_modules:
+        del sys.modules[name]
+    try:
+        found = set(registry.list_archs())
+        assert expected <= found
+        assert {"torchvision", "timm"} <= set(registry.namespaces())
+    finally:
+        for name in [k for k in sys.modules if k == "architectures" or k.startswith("architectures.")]:
+            del sys.modules[name]
+        sys.modules.update(saved_modules)
+
+
+def test_an_old_builtin_entry_point_is_harmless(monkeypatch):
+    """An install from an older checkout still declares ``builtin = "architectures"``: it is skipped, not
+    imported a second time as a plug-in."""
+    ep = EntryPoint(name="builtin", value="architectures", group=plugins.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(plugins, "entry_points", lambda group: [ep])
+    assert plugins.load_entry_points() == []
+
+
+def test_source_tree_without_install_lists_its_zoo(tmp_path):
+    """A subprocess with only the source tree on PYTHONPATH (from a directory where the installed package
+    is not importable by cwd) lists ``resnet50``: no install, no entry point needed."""
+    code = ("from harness import plugins, registry\n"
+            "plugins.entry_points = lambda *a, **k: []\n"     # as if never installed
+            "print(' '.join(registry.list_archs('resnet*')))\n"
+            "import architectures; print(architectures.__file__)\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    names, where = out.stdout.strip().splitlines()
+    assert "resnet50" in names.split()
+    assert where.startswith(str(ROOT))

@@ -132,7 +132,8 @@ def test_builtin_suite_expands_for_cuda(path, quick):
         assert not {c.key for c in gpu.cases} & {c.key for c in cpu.cases}
         return
     dtypes = {c.workload.dtype for c in gpu.cases}
-    assert dtypes == ({"bf16"} if quick else {"bf16", "fp32"})
+    bf16_only = quick or path.stem == "vit_vs_cnn"         # its full [cuda] run is bf16 too (under 60 s on an H100)
+    assert dtypes == ({"bf16"} if bf16_only else {"bf16", "fp32"})
     assert all(c.line.endswith(" " + c.workload.dtype) for c in gpu.cases)
     assert not {c.key for c in gpu.cases} & {c.key for c in cpu.cases}
 

@@ -16,10 +16,11 @@ from harness.records import CaseRecord
 from harness.registry import resolve
 from harness.spec import Workload
 from harness.load import BUSY_CORES
-from harness.stats import compare, fit_scaling, paired_ratio, top_slope
+from harness.stats import compare, fit_affine, fit_floor_power, fit_scaling, paired_ratio, top_slope
 from harness.timing import TimingResult
 
 TIMING_METRICS = ("median_ms", "mean_ms", "min_ms", "throughput_per_s")
+EXACT_METRICS = ("macs", "flops", "params", "bytes_moved")   # counts: an affine fit of them is exact within rounding
 
 ProbeFn = Callable[[Context], Evidence]
 PROBES: dict[str, tuple[ProbeFn, tuple[str, ...]]] = {}
@@ -48,17 +49,35 @@ def select(records: Sequence[CaseRecord], **conds: Any) -> list[CaseRecord]:
 
 
 def exponent(records: Sequence[CaseRecord], x: str, metric: str, unit: str = "") -> Figure:
-    """The log-log exponent of ``metric`` vs ``x`` with its 95% interval, over the scaling regime
-    (:func:`harness.stats.fit_scaling`, the rule every view uses: a floor of fixed per-call costs at small
-    x is left out and named in the note)."""
+    """The exponent of ``metric`` vs ``x`` with its 95% interval. Where the data are affine with a floor
+    (:func:`harness.stats.fit_affine`: weights read once, a launch, a fixed allocation), the exponent of the cost
+    above the floor, ``k`` of ``floor + slope·x^k`` (:func:`harness.stats.fit_floor_power`; an exact count that is
+    affine within rounding has k = 1 exactly); else the log-log exponent over the scaling regime
+    (:func:`harness.stats.fit_scaling`, the rule every view uses: a floor of fixed per-call costs at small x is
+    left out and named in the note)."""
     pts = [(float(r.value(x)), r.metric(metric)) for r in records if r.metric(metric) is not None]
-    fit = fit_scaling([p[0] for p in pts], [p[1] for p in pts]) if len(pts) >= 2 else None
+    busy = busy_reason(records) if metric in TIMING_METRICS else ""
+    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+    affine = fit_affine(xs, ys, exact=metric in EXACT_METRICS) if len(pts) >= 2 else None
+    if affine is not None:
+        where = f"{x} {affine.x_min:g}…{affine.x_max:g}, {affine.n} points"
+        floor = f"floor {affine.base:.4g} + {affine.slope:.4g} per {x}"
+        if affine.exact:
+            return Figure(1.0, 1.0, 1.0, unit, f"exact count, affine within rounding over {where}: {floor}",
+                          affine.n, busy=busy)
+        fp = fit_floor_power(xs, ys)
+        if fp is not None:
+            lo, hi = (None, None) if math.isnan(fp.k_lo) else (fp.k_lo, fp.k_hi)
+            return Figure(fp.k, lo, hi, unit, f"fit floor + slope·{x}^k over {where} (the data have a floor: "
+                                              f"{fp.floor:.4g})", fp.n, busy=busy)
+        return Figure(float("nan"), note=f"affine with a floor over {where} ({floor}): too few sizes for the "
+                                         "exponent above the floor")
+    fit = fit_scaling(xs, ys) if len(pts) >= 2 else None
     if fit is None:
         return Figure(float("nan"), note=f"fewer than 2 points of {metric}")
     n = fit.fit.n
     floor = f"; {len(fit.floor)} smaller {x} below the regime (floor)" if fit.floor else ""
     lo, hi = (None, None) if math.isnan(fit.fit.ci_low) else (fit.fit.ci_low, fit.fit.ci_high)
-    busy = busy_reason(records) if metric in TIMING_METRICS else ""
     return Figure(fit.exponent, lo, hi, unit,
                   f"log-log fit of {metric} over {x} {fit.x_min:g}…{fit.x_max:g}, {n} points{floor}", n, busy=busy)
 

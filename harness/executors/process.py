@@ -51,6 +51,22 @@ def _worker(conn: Connection) -> None:
         conn.send(run_group(what, opts) if isinstance(what, list) else run_case(what, opts))
 
 
+_prestarted: list[tuple[mp.process.BaseProcess, Connection]] = []
+
+
+def prestart() -> None:
+    """Spawn one worker now without waiting for it (it imports torch and the zoo meanwhile): the next
+    :class:`ProcessExecutor` takes it instead of spawning its own, so the worker's start overlaps what the parent
+    does in between (the run's calibration). At most one is kept; a daemon, it dies with this process."""
+    if _prestarted:
+        return
+    parent, child = _CTX.Pipe()
+    proc = _CTX.Process(target=_worker, args=(child,), daemon=True, name="bench-worker")
+    proc.start()
+    child.close()
+    _prestarted.append((proc, parent))
+
+
 class ProcessExecutor:
     def __init__(self) -> None:
         self.proc: mp.process.BaseProcess | None = None
@@ -67,10 +83,13 @@ class ProcessExecutor:
             self.starts += 1
 
     def _spawn(self) -> None:
-        parent, child = _CTX.Pipe()
-        self.proc = _CTX.Process(target=_worker, args=(child,), daemon=True, name="bench-worker")
-        self.proc.start()
-        child.close()
+        if _prestarted:                        # a worker started earlier (prestart): wait only for what is left
+            self.proc, parent = _prestarted.pop()
+        else:
+            parent, child = _CTX.Pipe()
+            self.proc = _CTX.Process(target=_worker, args=(child,), daemon=True, name="bench-worker")
+            self.proc.start()
+            child.close()
         self.conn = parent
         try:
             ready = parent.poll(_START_TIMEOUT_S) and parent.recv() == "ready"
