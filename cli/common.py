@@ -55,6 +55,20 @@ plugin_option = click.option("--plugin", "plugins", multiple=True, metavar="FILE
                              help="A Python file that registers architectures (repeatable).")
 
 
+def processes_option(default: int, what: str) -> Any:
+    """``--processes N``: fresh worker processes per case (harness.replicate); ``what`` says why this default."""
+    return click.option("--processes", type=click.IntRange(min=1), default=default, show_default=True,
+                        metavar="N", help=f"Measure each case in N fresh worker processes; intervals and tests "
+                                          f"over processes ({what}).")
+
+
+def check_processes(processes: int, executor: str) -> None:
+    """More than one process per case needs the ``process`` executor (fresh spawned workers)."""
+    if processes > 1 and executor != "process":
+        raise BenchInputError(f"--processes {processes} needs the process executor, not {executor}",
+                              where="--processes")
+
+
 def load_plugins(plugins: tuple[str, ...]) -> tuple[str, ...]:
     """Import the --plugin files here; returns their absolute paths for the worker processes."""
     load_plugin_files(plugins)

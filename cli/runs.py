@@ -9,7 +9,8 @@ from pathlib import Path
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from cli.common import debug_option, err, load_plugins, out, plugin_option, show_logs, store_option
+from cli.common import (check_processes, debug_option, err, load_plugins, out, plugin_option, processes_option,
+                        show_logs, store_option)
 from harness import registry, session
 from harness.errors import BenchInputError
 from harness.executors import EXECUTORS, make_executor
@@ -75,16 +76,18 @@ def list_cmd(what: str, pattern: str, plugins: tuple[str, ...]) -> None:
               help="Where to write the run's HTML report (default: report-RUN.html beside the store's file, "
                    "results/ by default).")
 @click.option("--no-report", is_flag=True, help="Do not write the HTML report.")
+@processes_option(1, "1 by default, so a run stays short: its intervals then cover one process only")
 @plugin_option
 @debug_option
 def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | None, resume: bool,
             dry_run: bool, sets: tuple[str, ...], timeout: float | None, executor: str | None, address: str | None,
             devices: str | None, interleave: bool, flush_l2: bool, no_calibrate: bool, report_path: str | None,
-            no_report: bool, plugins: tuple[str, ...], debug: bool) -> None:
+            no_report: bool, processes: int, plugins: tuple[str, ...], debug: bool) -> None:
     """Run SUITE (a path or a built-in suite name), storing every case as it finishes; then print what the
     run shows (fitted exponents and ratios) and write its HTML report. `bench show RUN` has every case."""
     device_list = parse_devices(devices) if devices else ()
     executor_name = pick_executor(executor, address, device_list)
+    check_processes(processes, executor_name)
     plugin_files = load_plugins(plugins)
     pinned = parse_set(sets)
     if device:
@@ -109,7 +112,8 @@ def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | No
         check_resume_timing(store.resumable(suite.name, quick), flush_l2)
     opened = session.open_run(store, suite, cases, resume=resume, quick=quick, timeout=timeout,
                               calibrate=not no_calibrate, extra_options={"flush_l2": True} if flush_l2 else None)
-    opts = session.run_options(quick, timeout, debug=debug, plugins=plugin_files, interleave=interleave)
+    opts = session.run_options(quick, timeout, debug=debug, plugins=plugin_files, interleave=interleave,
+                               processes=processes)
     if flush_l2:
         opts = dataclasses.replace(opts, timing=dataclasses.replace(opts.timing, flush_l2=True))
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

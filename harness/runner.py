@@ -45,6 +45,7 @@ class RunOptions:
     debug: bool = False
     plugins: tuple[str, ...] = ()   # plug-in files (``--plugin``), imported once per process before a case
     interleave: bool = False        # time the cases of a sweep point side by side (harness.runner.run_group)
+    processes: int = 1              # fresh worker processes per case, records merged (harness.replicate)
 
 
 def resolved_threads(w: Workload) -> int:
@@ -187,6 +188,7 @@ def add_timing(p: Prepared, timed: TimingResult, load: Load | None) -> None:
     """The timing's summary (its interval covers the spread between rounds) and the machine's load."""
     w = p.case.workload
     p.metrics.update(summarize_rounds(timed.samples_s, timed.rounds))
+    p.metrics["n_processes"] = 1.0          # harness.replicate overwrites this when the case ran in several
     p.metrics.update(cold_ms=timed.cold_s * 1e3, block_size=float(timed.block_size),
                      throughput_per_s=w.batch_size / (p.metrics["median_ms"] / 1e3))
     if timed.l2_flush_bytes:
