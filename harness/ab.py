@@ -29,7 +29,7 @@ from harness.load import ROOT_PID_ENV
 from harness.records import CaseRecord
 from harness.runner import RunOptions
 from harness.spec import Case, workload_dict
-from harness.replicate import GATE_PROCESSES, merge_processes
+from harness.replicate import merge_processes
 
 _START_S = 120.0
 
@@ -122,10 +122,11 @@ class Side:
         self.proc = self.conn = None
 
 
-PROCESSES = GATE_PROCESSES
-"""Worker processes per version (``bench check --processes``). Rounds alternate between them: a process's own luck (memory layout, where its
-threads run) moves a small model's time by tens of percent from one process to the next, so it has to show up
-in the spread between rounds rather than pass for a difference between the versions."""
+PROCESSES = 2
+"""Worker processes per version when the caller names none (``bench check --against`` passes its ``--processes``,
+default :data:`harness.replicate.GATE_PROCESSES`). Rounds alternate between them: a process's own luck (memory
+layout, where its threads run) moves a small model's time by tens of percent from one process to the next, so the
+gate's test is over processes (:func:`harness.process_stats.process_ratio`), not over rounds or samples."""
 
 
 def interleave_versions(cases: Sequence[Case], opts: RunOptions, ref_tree: Path, here: Path = REPO, seed: int = 0,
