@@ -148,5 +148,37 @@ def process_ratio(base: Sequence[Sequence[float]], cand: Sequence[Sequence[float
                         math.expm1((t_test + t_power) * se), abs(log_r) > t_test * se, pb, pc)
 
 
+def paired_process_ratio(base: Sequence[Sequence[float]], cand: Sequence[Sequence[float]], *, alpha: float = 0.002,
+                         confidence: float = 0.95, n_boot: int = N_BOOT, seed: int = 0) -> ProcessRatio:
+    """Like :func:`process_ratio` for processes run in pairs (``bench check --against``: worker k of each version
+    took its rounds alternately with the other's worker k, so both saw the same load): per pair the log ratio of
+    the medians; the two-level bootstrap resamples the pairs, then the samples within each process; the interval
+    is ± t(P - 1) standard errors. Load that drifts over the check cancels within a pair; each process's own luck
+    does not, and stays in the spread."""
+    if len(base) != len(cand) or len(base) < 2:
+        raise ValueError("a paired process-level ratio needs the same number (two or more) of processes a side")
+    rng = np.random.default_rng(seed)
+    p = len(base)
+
+    def inner(groups: Sequence[Sequence[float]]) -> np.ndarray:
+        out = np.empty((p, n_boot))
+        for j, g in enumerate(groups):
+            a = np.asarray(g, dtype=np.float64)
+            out[j] = np.log(np.median(a[rng.integers(0, a.size, size=(n_boot, a.size))], axis=1))
+        return out
+
+    diff = inner(cand) - inner(base)                                  # (P, n_boot): log ratio per pair
+    picks = rng.integers(0, p, size=(n_boot, p))
+    reps = diff[picks, np.arange(n_boot)[:, None]].mean(axis=1)
+    se = _se(reps, p)
+    log_r = float(np.mean([math.log(np.median(c) / np.median(b)) for b, c in zip(base, cand)]))
+    df = float(p - 1)
+    t_show = float(sps.t.ppf(0.5 + confidence / 2.0, df))
+    t_test = float(sps.t.ppf(1.0 - alpha / 2.0, df))
+    t_power = float(sps.t.ppf(POWER, df))
+    return ProcessRatio(math.exp(log_r), math.exp(log_r - t_show * se), math.exp(log_r + t_show * se), se, df,
+                        math.expm1((t_test + t_power) * se), abs(log_r) > t_test * se, p, p)
+
+
 ONE_PROCESS_NOTE = "one process: the interval covers this process only"
 """What a timing measured in one worker process says about its interval."""

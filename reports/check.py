@@ -62,7 +62,7 @@ from scipy import stats as sps
 from harness.errors import BenchInputError
 from harness.records import LABEL_KEYS, STATUSES, CaseRecord, RunRecord
 from harness.stats import compare as compare_samples
-from harness.process_stats import process_groups, process_ratio
+from harness.process_stats import paired_process_ratio, process_groups, process_ratio
 from harness.stats import paired_ratio, round_summary
 from reports.compare import env_differences
 
@@ -166,7 +166,7 @@ def timing_verdict(base_samples: Sequence[float], base_rounds: Sequence[int] | N
     bg = process_groups(base_samples, base_rounds or (), base_processes)
     cg = process_groups(cand_samples, cand_rounds or (), cand_processes)
     if bg is not None and cg is not None:
-        return process_timing_verdict(bg, cg)
+        return process_timing_verdict(bg, cg, paired=paired and len(bg) == len(cg))
     floor = effect_floor(_round_cv(base, base_rounds), _round_cv(cand, cand_rounds))
     med_b, med_c = float(np.median(base)), float(np.median(cand))
     if paired:
@@ -194,14 +194,16 @@ def timing_verdict(base_samples: Sequence[float], base_rounds: Sequence[int] | N
                          paired, int(base.size), int(cand.size), mde=mde)
 
 
-def process_timing_verdict(base_groups: Sequence[Sequence[float]], cand_groups: Sequence[Sequence[float]]
-                           ) -> TimingVerdict:
+def process_timing_verdict(base_groups: Sequence[Sequence[float]], cand_groups: Sequence[Sequence[float]],
+                           paired: bool = False) -> TimingVerdict:
     """The verdict over processes (each side's samples cut by process, two processes or more a side): the ratio
     of the geometric means of the per-process medians, its 95 % interval from the two-level bootstrap
     (:func:`harness.process_stats.process_ratio`); significant when the ``1 - ALPHA`` interval excludes 1; the
     floor is :data:`MIN_EFFECT` (the between-process spread is in the interval already). ``mde``: the larger of the
-    floor and the slowdown the test would catch with 80 % power given the between-process spread."""
-    pr = process_ratio(base_groups, cand_groups, alpha=ALPHA)
+    floor and the slowdown the test would catch with 80 % power given the between-process spread. ``paired``:
+    process k of each side ran alternately with the other's (``--against``): the ratio is taken per pair
+    (:func:`harness.process_stats.paired_process_ratio`), so load shared by a pair cancels."""
+    pr = (paired_process_ratio if paired else process_ratio)(base_groups, cand_groups, alpha=ALPHA)
     floor = MIN_EFFECT
     if abs(math.log(pr.ratio)) <= math.log1p(floor):
         verdict = "unchanged"
@@ -214,7 +216,7 @@ def process_timing_verdict(base_groups: Sequence[Sequence[float]], cand_groups: 
     med_b = float(np.exp(np.mean(np.log([np.median(g) for g in base_groups]))))
     med_c = float(np.exp(np.mean(np.log([np.median(g) for g in cand_groups]))))
     return TimingVerdict(verdict, pr.ratio, pr.ci_low, pr.ci_high, None, floor, med_b * 1e3, med_c * 1e3,
-                         False, sum(len(g) for g in base_groups), sum(len(g) for g in cand_groups),
+                         paired, sum(len(g) for g in base_groups), sum(len(g) for g in cand_groups),
                          mde=max(floor, pr.mde), processes=(len(base_groups), len(cand_groups)))
 
 
@@ -803,7 +805,8 @@ def _cells(row: CheckRow) -> dict[str, str]:
         "base": _ms(t.base_median_ms) if t else "-",
         "cand": _ms(t.cand_median_ms) if t else "-",
         "ratio": f"{t.ratio:.3f} [{t.ci_low:.3f}, {t.ci_high:.3f}]" if t else "-",
-        "p": ("paired" if t.paired else "processes" if t.over_processes else f"{t.p_value:.2g}") if t else "-",
+        "p": ((("processes, paired" if t.paired else "processes") if t.over_processes else
+               "paired" if t.paired else f"{t.p_value:.2g}") if t else "-"),
         "floor": f"{100 * t.floor:.1f}%" if t else "-",
         "verdict": verdict + (f" ({'; '.join(extra)})" if extra else ""),
         "status": status,

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from harness.process_stats import process_groups, process_ratio, process_summary
+from harness.process_stats import paired_process_ratio, process_groups, process_ratio, process_summary
 from harness.records import CaseRecord, RunRecord
 from harness.replicate import merge_processes, per_process_timing, timing_metrics
 from harness.stats import summarize
@@ -74,6 +74,24 @@ def test_process_ratio_a_a_is_not_significant_and_2x_is():
     # more spread between processes: a larger minimum detectable effect
     noisy = BiasedTimer(8, process_sd=0.3)
     assert process_ratio(noisy.processes(5), noisy.processes(5)).mde > aa.mde
+
+
+def test_paired_processes_cancel_load_shared_by_a_pair():
+    # each pair of processes (one per version, run alternately: --against) shares the machine's load of its time,
+    # a factor up to 3×; the candidate is 1.3× slower. Unpaired, the load swamps it; paired, it cancels.
+    rng = np.random.default_rng(5)
+    base, cand = [], []
+    for _ in range(5):
+        load = math.exp(rng.uniform(0.0, 1.1))
+        base.append(BiasedTimer(int(rng.integers(1 << 30)), true_s=TRUE_S * load, process_sd=0.02).process(30))
+        cand.append(BiasedTimer(int(rng.integers(1 << 30)), true_s=1.3 * TRUE_S * load, process_sd=0.02).process(30))
+    assert not process_ratio(base, cand, alpha=ALPHA).significant
+    pr = paired_process_ratio(base, cand, alpha=ALPHA)
+    assert pr.significant and pr.ratio == pytest.approx(1.3, rel=0.05)
+    bs, br = _flat(base)
+    cs, cr = _flat(cand)
+    v = timing_verdict(bs, br, cs, cr, paired=True, base_processes=5, cand_processes=5)
+    assert v.verdict == "regressed" and v.paired and v.over_processes
 
 
 def _flat(groups: list[list[float]], rounds_per_process: int = 2) -> tuple[list[float], list[int]]:
