@@ -3,6 +3,7 @@ pooled interval failing to cover the truth while the two-level (process-level) o
 synthetic per-process data (A/A green, 2× red, the MDE printed); merging the records of several processes."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -194,3 +195,17 @@ def test_process_timing_verdict_direct():
     t = BiasedTimer(31, process_sd=0.02)
     v = process_timing_verdict(t.processes(5), [[0.5 * x for x in g] for g in t.processes(5)])
     assert v.verdict == "improved" and v.mde is not None and v.mde >= 0.05
+
+
+def test_claims_ratio_figures_say_what_their_interval_covers():
+    from claims.probes import median_ratio
+    t = BiasedTimer(41, process_sd=0.02)
+    a_s, a_r = _flat(t.processes(5))
+    b_s, b_r = _flat([[0.5 * x for x in g] for g in t.processes(5)])
+    a = dataclasses.replace(_record("a", a_s, a_r, 5), group="g", run_id="r")
+    b = dataclasses.replace(_record("b", b_s, b_r, 5), group="g", run_id="r")
+    fig = median_ratio(a, b)
+    assert "5 processes" in fig.note and fig.lo < 2.0 < fig.hi and fig.n == 5
+    one = [dataclasses.replace(_record(k, s[:30], [6] * 5, 1), group="g", run_id="r")
+           for k, s in (("a", a_s), ("b", b_s))]
+    assert "one process: the interval covers this process only" in median_ratio(*one).note
