@@ -127,20 +127,17 @@ class TimingVerdict:
     n_cand: int = 0
     mde: float | None = None            # the smallest slowdown this check could have seen (see timing_verdict)
     processes: tuple[int, int] = (1, 1)  # worker processes of the baseline and the candidate
-
-    @property
-    def over_processes(self) -> bool:
-        """Judged over processes (both sides measured in two or more): :func:`harness.process_stats.process_ratio`."""
-        return min(self.processes) >= 2
+    over_processes: bool = False        # judged over processes (:func:`process_timing_verdict`), not samples
 
     @property
     def mde_text(self) -> str:
-        """``MDE 12%, 5+5 processes`` or ``MDE 5%, one process: ...``."""
+        """``MDE 12%, 5+5 processes`` or ``MDE 30%, not over processes (1+5)`` (a side measured in one process:
+        its interval covers that process only; :func:`power_line` says so in full)."""
         if self.mde is None:
             return ""
         if self.over_processes:
             return f"MDE {100 * self.mde:.0f}%, {self.processes[0]}+{self.processes[1]} processes"
-        return f"MDE {100 * self.mde:.0f}%, one process: the interval covers this process only"
+        return f"MDE {100 * self.mde:.0f}%, not over processes ({self.processes[0]}+{self.processes[1]})"
 
 
 def _round_cv(samples: Sequence[float], rounds: Sequence[int] | None) -> float | None:
@@ -191,7 +188,8 @@ def timing_verdict(base_samples: Sequence[float], base_rounds: Sequence[int] | N
     # one process a side: the smallest change it calls is the floor, or the interval's reach if wider
     mde = max(floor, float(hi) / float(ratio) - 1.0, 1.0 - float(lo) / float(ratio))
     return TimingVerdict(verdict, float(ratio), float(lo), float(hi), p, floor, med_b * 1e3, med_c * 1e3,
-                         paired, int(base.size), int(cand.size), mde=mde)
+                         paired, int(base.size), int(cand.size), mde=mde,
+                         processes=(max(1, base_processes), max(1, cand_processes)))
 
 
 def process_timing_verdict(base_groups: Sequence[Sequence[float]], cand_groups: Sequence[Sequence[float]],
@@ -217,7 +215,7 @@ def process_timing_verdict(base_groups: Sequence[Sequence[float]], cand_groups: 
     med_c = float(np.exp(np.mean(np.log([np.median(g) for g in cand_groups]))))
     return TimingVerdict(verdict, pr.ratio, pr.ci_low, pr.ci_high, None, floor, med_b * 1e3, med_c * 1e3,
                          paired, sum(len(g) for g in base_groups), sum(len(g) for g in cand_groups),
-                         mde=max(floor, pr.mde), processes=(len(base_groups), len(cand_groups)))
+                         mde=max(floor, pr.mde), processes=(len(base_groups), len(cand_groups)), over_processes=True)
 
 
 # -- readable case identity -----------------------------------------------------------------------------
@@ -778,7 +776,7 @@ def power_line(report: CheckReport) -> str:
                 key=lambda r: r.timing.mde)
     procs = sorted({t.processes for t in ts})
     basis = ("over processes (" + ", ".join(f"{a}+{b}" for a, b in procs) + ")" if all(t.over_processes for t in ts)
-             else "some on one process a side: those intervals cover that process only")
+             else "some with a side measured in one process: one process: the interval covers this process only")
     gated = "" if report.timing_gated else " (timing not gated)"
     return (f"smallest slowdown this check could see{gated}: {100 * mdes[len(mdes) // 2]:.0f}% median over "
             f"{len(ts)} timings, {100 * worst.timing.mde:.0f}% at worst ({worst.name}); {basis}")
