@@ -68,7 +68,7 @@ def _spending(n_cases: int, processes: int) -> str:
 @store_option
 @plugin_option
 @debug_option
-def baseline_cmd(suite_ref: str, output: str, quick: bool, sets: tuple[str, ...], executor: str, processes: int,
+def baseline_cmd(suite_ref: str, output: str, quick: bool, sets: tuple[str, ...], executor: str, processes: int | None,
                  store_url: str | None, plugins: tuple[str, ...], debug: bool) -> None:
     """Measure SUITE and write a baseline: every case's deterministic metrics (MACs, params, analytic and
     tensor-peak bytes), RSS, timings with their raw samples in rounds, and the environment fingerprint."""
@@ -76,7 +76,7 @@ def baseline_cmd(suite_ref: str, output: str, quick: bool, sets: tuple[str, ...]
     suite = load_suite(suite_ref, quick=quick, sets=parse_set(sets))
     if Path(output).is_dir():
         raise BenchInputError(f"{output} is a directory", where="--output")
-    check_processes(processes, executor)
+    processes = check_processes(processes, executor, GATE_PROCESSES)
     show_logs()
     opts = session.run_options(quick, debug=debug, plugins=plugin_files, processes=processes)
     err.print(_spending(len(suite.cases), processes))
@@ -119,7 +119,7 @@ def _remeasure(cases: list[Case], opts: RunOptions, executor: str) -> dict[str, 
 @plugin_option
 @debug_option
 def check_cmd(suite_ref: str, baseline_path: str | None, ref: str | None, quick: bool, sets: tuple[str, ...],
-              markdown_path: str | None, gate_timing: bool | None, executor: str, processes: int,
+              markdown_path: str | None, gate_timing: bool | None, executor: str, processes: int | None,
               store_url: str | None, plugins: tuple[str, ...], debug: bool) -> None:
     """Measure SUITE again and give each case a verdict against a baseline: deterministic metrics must be
     equal, timings regressed / improved / unchanged / inconclusive (inconclusive ones are measured once more).
@@ -129,7 +129,7 @@ def check_cmd(suite_ref: str, baseline_path: str | None, ref: str | None, quick:
     plugin_files = load_plugins(plugins)
     suite = load_suite(suite_ref, quick=quick, sets=parse_set(sets))
     cases = list(suite.cases)
-    check_processes(processes, executor if ref is None else "process")
+    processes = check_processes(processes, executor if ref is None else "process", GATE_PROCESSES)
     show_logs()
     store = Store(store_url)
     opts = session.run_options(quick, debug=debug, plugins=plugin_files, processes=processes)

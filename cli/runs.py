@@ -82,12 +82,12 @@ def list_cmd(what: str, pattern: str, plugins: tuple[str, ...]) -> None:
 def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | None, resume: bool,
             dry_run: bool, sets: tuple[str, ...], timeout: float | None, executor: str | None, address: str | None,
             devices: str | None, interleave: bool, flush_l2: bool, no_calibrate: bool, report_path: str | None,
-            no_report: bool, processes: int, plugins: tuple[str, ...], debug: bool) -> None:
+            no_report: bool, processes: int | None, plugins: tuple[str, ...], debug: bool) -> None:
     """Run SUITE (a path or a built-in suite name), storing every case as it finishes; then print what the
     run shows (fitted exponents and ratios) and write its HTML report. `bench show RUN` has every case."""
     device_list = parse_devices(devices) if devices else ()
     executor_name = pick_executor(executor, address, device_list)
-    check_processes(processes, executor_name)
+    processes = check_processes(processes, executor_name)
     plugin_files = load_plugins(plugins)
     pinned = parse_set(sets)
     if device:
