@@ -133,7 +133,6 @@ def check_cmd(suite_ref: str, baseline_path: str | None, ref: str | None, quick:
     show_logs()
     store = Store(store_url)
     opts = session.run_options(quick, debug=debug, plugins=plugin_files, processes=processes)
-    err.print(_spending(len(cases), processes))
     if ref is None:
         baseline = load_baseline(baseline_path)
         if baseline.suite != suite.name:
@@ -142,6 +141,7 @@ def check_cmd(suite_ref: str, baseline_path: str | None, ref: str | None, quick:
         if bool(baseline.quick) != quick:
             raise BenchInputError(f"{baseline_path} was measured {'with' if baseline.quick else 'without'} --quick: "
                                   f"check {'with' if baseline.quick else 'without'} it", where="--baseline")
+        err.print(_spending(len(cases), processes))
         run, records = _measure(store, suite, cases, opts, executor, quick, "bench check")
         report = check_run(baseline, run, records, gate_timing=gate_timing)
         todo = [c for c in cases if c.key in set(report.inconclusive_keys())]
@@ -159,6 +159,7 @@ def _check_against(store: Store, suite: Suite, cases: list[Case], opts: RunOptio
                    gate_timing: bool | None) -> CheckReport:
     """REF's code and this checkout's, per case in alternating workers; both runs stored; timings paired."""
     with worktree(ref) as tree:
+        err.print(_spending(len(cases), max(2, opts.processes)).replace("processes each", "processes per version"))
         err.print(f"measuring {len(cases)} cases with {ref} (baseline) and this checkout (candidate), "
                   "alternating round by round")
         pairs = interleave_versions(cases, opts, tree, processes=max(2, opts.processes), on_pair=lambda b, c: err.print(
