@@ -18,6 +18,16 @@ and ``floor = max(MIN_EFFECT, NOISE_MULTIPLE · max(round CV of the baseline, ro
   regression or improvement measured while other processes used more than half a core
   (``load_busy``, :mod:`harness.load`): a busy machine decides nothing.
 
+**Over processes** (issue 25): where both sides were measured in two or more worker processes
+(``n_processes``; their rounds process by process, :func:`harness.process_stats.process_groups`), the ratio is
+the geometric mean of the candidate's per-process medians over the baseline's, with a two-level bootstrap
+interval (:func:`harness.process_stats.process_ratio`; per pair of processes with ``--against``:
+:func:`harness.process_stats.paired_process_ratio`); ``regressed`` when ratio > 1 + MIN_EFFECT and the
+``1 - ALPHA`` interval lies above 1 (``improved`` mirrored; within the floor ``unchanged``; else
+``inconclusive``). Every verdict carries its minimum detectable effect (``mde``: the slowdown caught with 80 %
+power given the spread between processes; with one process a side, the floor or the interval's reach),
+printed in the verdict cell and summed up by :func:`power_line`.
+
 *Paired* timings (both sides measured in the same rounds, side by side, e.g. a re-measurement that interleaves
 the baseline's code with the candidate's): the ratio is the paired ratio of :func:`harness.stats.paired_ratio`
 (geometric mean of the per-round ratios of the round medians) and "significant" means its 95 % interval
