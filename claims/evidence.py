@@ -50,6 +50,7 @@ class Context:
     on_record: Callable[[CaseRecord], None] | None = None
     device: str = "cpu"                    # where this context measures (rules for another device are unmeasured)
     force: bool = False                    # decide timing rules even when the machine was busy
+    processes: int = 1                     # fresh worker processes per suite case (harness.replicate)
     _suites: dict[tuple, tuple[RunRecord, list[CaseRecord]]] = field(default_factory=dict)
     _experiments: dict[str, dict[str, Any]] = field(default_factory=dict)
     _experiment_provenance: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -87,8 +88,10 @@ class Context:
             cases = list(suite.cases)
             log.info("claims: measuring suite %s%s (%d cases)", name, f" with {sets}" if sets else "", len(cases))
             with Run.open_suite(self.store, suite, cases, quick=self.quick, calibrate=self.calibrate,
-                                options={"sets": sets, "by": "bench claims", "interleave": True}) as opened:
-                opened.execute(self.executor, run_options(self.quick, interleave=True), on_record=self.on_record)
+                                options={"sets": sets, "by": "bench claims", "interleave": True,
+                                         **({"processes": self.processes} if self.processes > 1 else {})}) as opened:
+                opened.execute(self.executor, run_options(self.quick, interleave=True, processes=self.processes),
+                               on_record=self.on_record)
             run = opened.record()
         else:
             log.info("claims: reusing run %s of %s", run.id, name)
@@ -111,7 +114,7 @@ class Context:
         hard = self.hard_env()
         for run in self.store.list_runs(suite):
             if (run.status == "done" and run.quick == self.quick and run.options.get("sets") == sets
-                    and run.options.get("interleave")
+                    and run.options.get("interleave") and run.options.get("processes", 1) == self.processes
                     and run.stored == run.n_cases and run.hard_env == hard
                     and self.store.stored_keys(run.id) == keys):
                 return run

@@ -8,19 +8,21 @@ from pathlib import Path
 
 import click
 
-from cli.common import debug_option, err, load_plugins, out, plugin_option, show_logs, store_option
+from cli.common import (check_processes, debug_option, err, load_plugins, out, plugin_option, processes_option,
+                        show_logs, store_option)
 from harness.ab import interleave_versions, worktree
 from harness.env import fingerprint
 from harness.errors import BenchInputError
 from harness.executors import EXECUTORS, make_executor
-from harness.run import Run, run_options
 from harness.records import FAILED, CaseRecord, RunRecord
+from harness.replicate import GATE_PROCESSES
+from harness.run import Run, run_options
 from harness.runner import RunOptions
 from harness.spec import Case
 from harness.store import Store
 from harness.suite import Suite, load_suite, parse_set
 from reports.check import (CheckReport, baseline_document, busy_note, check_run, check_table, headline, load_baseline,
-                           markdown, parse_baseline, write_baseline)
+                           markdown, n_processes, parse_baseline, power_line, write_baseline)
 
 
 def _measure(store: Store, suite: Suite, cases: list[Case], opts: RunOptions, executor: str, quick: bool,
@@ -40,16 +42,30 @@ def _write(path: str, text: str, where: str) -> None:
         raise BenchInputError(f"cannot write {path}: {exc.strerror}", where=where) from None
 
 
+_PROCESSES_WHY = ("the between-process spread is what a rerun sees; the A/A check passes with the default: "
+                  "README, CI: regression checks")
+
+
+def _spending(n_cases: int, processes: int) -> str:
+    """Where the processes go, said in the output (a gate spends them; `bench run` does not by default)."""
+    if processes == 1:
+        return (f"measuring {n_cases} cases in one worker process: intervals cover this process only, and a "
+                "timing verdict cannot see a fresh process's luck")
+    return (f"measuring {n_cases} cases in {processes} fresh worker processes each (the timing budget split "
+            "between them): intervals and tests are over processes")
+
+
 @click.command("baseline")
 @click.argument("suite_ref", metavar="SUITE")
 @click.option("-o", "--output", required=True, metavar="FILE.json", help="The baseline file to write.")
 @click.option("--quick", is_flag=True, help="The suite's [quick] sizes and shorter timing.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Pin a suite key (repeatable).")
 @click.option("--executor", type=click.Choice(sorted(EXECUTORS)), default="process", show_default=True)
+@processes_option(GATE_PROCESSES, _PROCESSES_WHY)
 @store_option
 @plugin_option
 @debug_option
-def baseline_cmd(suite_ref: str, output: str, quick: bool, sets: tuple[str, ...], executor: str,
+def baseline_cmd(suite_ref: str, output: str, quick: bool, sets: tuple[str, ...], executor: str, processes: int | None,
                  store_url: str | None, plugins: tuple[str, ...], debug: bool) -> None:
     """Measure SUITE and write a baseline: every case's deterministic metrics (MACs, params, analytic and
     tensor-peak bytes), RSS, timings with their raw samples in rounds, and the environment fingerprint."""
@@ -57,8 +73,10 @@ def baseline_cmd(suite_ref: str, output: str, quick: bool, sets: tuple[str, ...]
     suite = load_suite(suite_ref, quick=quick, sets=parse_set(sets))
     if Path(output).is_dir():
         raise BenchInputError(f"{output} is a directory", where="--output")
+    processes = check_processes(processes, executor, GATE_PROCESSES)
     show_logs()
-    opts = run_options(quick, debug=debug, plugins=plugin_files)
+    opts = run_options(quick, debug=debug, plugins=plugin_files, processes=processes)
+    err.print(_spending(len(suite.cases), processes))
     run, records = _measure(Store(store_url), suite, list(suite.cases), opts, executor, quick, "bench baseline")
     write_baseline(output, run, records)
     bad = [r for r in records if not r.ok]
@@ -93,12 +111,13 @@ def _remeasure(cases: list[Case], opts: RunOptions, executor: str) -> dict[str, 
               help="Gate timings even against a baseline from another machine (default: only on the same "
                    "hardware and software); --no-gate-timing gates only the deterministic metrics.")
 @click.option("--executor", type=click.Choice(sorted(EXECUTORS)), default="process", show_default=True)
+@processes_option(GATE_PROCESSES, _PROCESSES_WHY)
 @store_option
 @plugin_option
 @debug_option
 def check_cmd(suite_ref: str, baseline_path: str | None, ref: str | None, quick: bool, sets: tuple[str, ...],
-              markdown_path: str | None, gate_timing: bool | None, executor: str, store_url: str | None,
-              plugins: tuple[str, ...], debug: bool) -> None:
+              markdown_path: str | None, gate_timing: bool | None, executor: str, processes: int | None,
+              store_url: str | None, plugins: tuple[str, ...], debug: bool) -> None:
     """Measure SUITE again and give each case a verdict against a baseline: deterministic metrics must be
     equal, timings regressed / improved / unchanged / inconclusive (inconclusive ones are measured once more).
     Exits 1 when a case regressed, changed or failed; 0 otherwise; 2 on bad input."""
@@ -107,9 +126,10 @@ def check_cmd(suite_ref: str, baseline_path: str | None, ref: str | None, quick:
     plugin_files = load_plugins(plugins)
     suite = load_suite(suite_ref, quick=quick, sets=parse_set(sets))
     cases = list(suite.cases)
+    processes = check_processes(processes, executor if ref is None else "process", GATE_PROCESSES)
     show_logs()
     store = Store(store_url)
-    opts = run_options(quick, debug=debug, plugins=plugin_files)
+    opts = run_options(quick, debug=debug, plugins=plugin_files, processes=processes)
     if ref is None:
         baseline = load_baseline(baseline_path)
         if baseline.suite != suite.name:
@@ -118,6 +138,7 @@ def check_cmd(suite_ref: str, baseline_path: str | None, ref: str | None, quick:
         if bool(baseline.quick) != quick:
             raise BenchInputError(f"{baseline_path} was measured {'with' if baseline.quick else 'without'} --quick: "
                                   f"check {'with' if baseline.quick else 'without'} it", where="--baseline")
+        err.print(_spending(len(cases), processes))
         run, records = _measure(store, suite, cases, opts, executor, quick, "bench check")
         report = check_run(baseline, run, records, gate_timing=gate_timing)
         todo = [c for c in cases if c.key in set(report.inconclusive_keys())]
@@ -135,9 +156,12 @@ def _check_against(store: Store, suite: Suite, cases: list[Case], opts: RunOptio
                    gate_timing: bool | None) -> CheckReport:
     """REF's code and this checkout's, per case in alternating workers; both runs stored; timings paired."""
     with worktree(ref) as tree:
+        err.print(_spending(len(cases), max(2, opts.processes)).replace("processes each", "processes per version"))
         err.print(f"measuring {len(cases)} cases with {ref} (baseline) and this checkout (candidate), "
                   "alternating round by round")
-        sides = []
+        pairs = interleave_versions(cases, opts, tree, processes=max(2, opts.processes), on_pair=lambda b, c: err.print(
+            f"  {c.line} {c.arch}: {b.status}/{c.status}", highlight=False))
+        runs = {}
         for side, label in ((0, f"{suite.name}@{ref}"), (1, suite.name)):
             env = fingerprint(threads=max(c.workload.threads or 0 for c in cases) or None)
             if side == 0:
@@ -165,7 +189,7 @@ def _check_against(store: Store, suite: Suite, cases: list[Case], opts: RunOptio
         todo = [case for case in cases if case.key in set(report.inconclusive_keys())]
         if todo:
             err.print(f"{len(todo)} inconclusive case(s): measuring both versions of them once more")
-            report = _pair(report, interleave_versions(todo, opts, tree, seed=1))
+            report = _pair(report, interleave_versions(todo, opts, tree, seed=1, processes=max(2, opts.processes)))
     return report
 
 
@@ -175,7 +199,8 @@ def _pair(report: CheckReport, pairs: list[tuple[CaseRecord, CaseRecord]]) -> Ch
         if base.ok and cand.ok and base.rounds and len(base.rounds) == len(cand.rounds) >= 2:
             report = report.replace_timing(cand.case_key, cand.samples_s, cand.rounds,
                                            paired_base=(base.samples_s, base.rounds),
-                                           busy=busy_note(cand) or busy_note(base))
+                                           busy=busy_note(cand) or busy_note(base),
+                                           cand_processes=n_processes(cand), base_processes=n_processes(base))
     return report
 
 
@@ -184,6 +209,7 @@ def _render(report: CheckReport, markdown_path: str | None) -> None:
         err.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
     out.print(check_table(report))
     out.print(headline(report), highlight=False)
+    out.print(power_line(report), highlight=False, soft_wrap=True)
     if markdown_path:
         _write(markdown_path, markdown(report), "--markdown")
         err.print(f"wrote {markdown_path}")

@@ -18,7 +18,7 @@ from claims.merge import base_device, merge_runs
 from claims.model import Claim, Verdict
 from claims.record import claims_document, read_verdicts
 from claims.verdicts import run_claims
-from cli.common import debug_option, err, out, show_logs, store_option
+from cli.common import check_processes, debug_option, err, out, processes_option, show_logs, store_option
 from harness.env import fingerprint, usable_cores
 from harness.errors import BenchInputError
 from harness.store import Store
@@ -48,10 +48,11 @@ DEFAULT_OUTPUT = "results/claims.html"
               help="Join the verdicts `bench claims` wrote on another device (its .json, e.g. a CPU run's "
                    "results/claims.json): each rule decided on its own device, each claim decided again over all "
                    "its rules; the written report holds both.")
+@processes_option(1, "1 by default; N > 1 makes every timing figure's interval one over processes")
 @debug_option
 def claims(quick: bool, only: str | None, output: str, markdown: str | None, store_url: str | None, fresh: bool,
            seeds: str, threads: int | None, force: bool, list_only: bool, device: str, merge_path: str | None,
-           debug: bool) -> None:
+           processes: int | None, debug: bool) -> None:
     """Test the documents' claims (C01–C42): a verdict for each, with the figures that decided it, the device
     that measured them and their provenance. Exits 1 (after the table and the report) when a probe failed."""
     catalog = load_catalog()
@@ -77,7 +78,7 @@ def claims(quick: bool, only: str | None, output: str, markdown: str | None, sto
     show_logs()
     threads = threads or usable_cores()
     ctx = Context(Store(store_url), quick=quick, fresh=fresh, seeds=seed_list, threads=threads, force=force,
-                  device=device)
+                  device=device, processes=check_processes(processes, "process"))
     t0 = time.perf_counter()
 
     def progress(v: Verdict) -> None:

@@ -55,6 +55,25 @@ plugin_option = click.option("--plugin", "plugins", multiple=True, metavar="FILE
                              help="A Python file that registers architectures (repeatable).")
 
 
+def processes_option(default: int, what: str) -> Any:
+    """``--processes N``: fresh worker processes per case (harness.replicate); ``what`` says why this default
+    (which applies with the ``process`` executor; any other measures in one process unless told otherwise)."""
+    return click.option("--processes", type=click.IntRange(min=1), default=None, metavar="N",
+                        help=f"Measure each case in N fresh worker processes; intervals and tests over processes "
+                             f"(default {default} with the process executor: {what}; else 1).")
+
+
+def check_processes(processes: int | None, executor: str, default: int = 1) -> int:
+    """The processes per case: ``default`` when not given (1 with an executor other than ``process``); more than
+    one needs the ``process`` executor (fresh spawned workers)."""
+    if processes is None:
+        return default if executor == "process" else 1
+    if processes > 1 and executor != "process":
+        raise BenchInputError(f"--processes {processes} needs the process executor, not {executor}",
+                              where="--processes")
+    return processes
+
+
 def load_plugins(plugins: tuple[str, ...]) -> tuple[str, ...]:
     """Import the --plugin files here; returns their absolute paths for the worker processes."""
     load_plugin_files(plugins)

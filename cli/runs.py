@@ -9,7 +9,8 @@ from pathlib import Path
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from cli.common import debug_option, err, load_plugins, out, plugin_option, show_logs, store_option
+from cli.common import (check_processes, debug_option, err, load_plugins, out, plugin_option, processes_option,
+                        show_logs, store_option)
 from harness import registry
 from harness.energy import Absent, find_meter
 from harness.errors import BenchInputError
@@ -83,16 +84,19 @@ def list_cmd(what: str, pattern: str, plugins: tuple[str, ...]) -> None:
                    "counter (NVML on NVIDIA GPUs, RAPL on CPUs); elsewhere each case says why not.")
 @click.option("--require-energy", is_flag=True,
               help="As --energy, and exit 2 before anything runs when a device of the run has no energy counter.")
+@processes_option(1, "1 by default, so a run stays short: its intervals then cover one process only")
 @plugin_option
 @debug_option
 def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | None, resume: bool,
             dry_run: bool, sets: tuple[str, ...], timeout: float | None, executor: str | None, address: str | None,
             devices: str | None, interleave: bool, flush_l2: bool, no_calibrate: bool, report_path: str | None,
-            no_report: bool, energy: bool, require_energy: bool, plugins: tuple[str, ...], debug: bool) -> None:
+            no_report: bool, energy: bool, require_energy: bool, processes: int | None, plugins: tuple[str, ...],
+            debug: bool) -> None:
     """Run SUITE (a path or a built-in suite name), storing every case as it finishes; then print what the
     run shows (fitted exponents and ratios) and write its HTML report. `bench show RUN` has every case."""
     device_list = parse_devices(devices) if devices else ()
     executor_name = pick_executor(executor, address, device_list)
+    processes = check_processes(processes, executor_name)
     plugin_files = load_plugins(plugins)
     pinned = parse_set(sets)
     if device:
@@ -123,7 +127,7 @@ def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | No
     run = Run.open_suite(store, suite, cases, resume=resume, quick=quick, calibrate=not no_calibrate,
                          options={"timeout": timeout, **extra})
     opts = run_options(quick, timeout, debug=debug, plugins=plugin_files, interleave=interleave,
-                       energy=energy or require_energy)
+                       energy=energy or require_energy, processes=processes)
     if flush_l2:
         opts = dataclasses.replace(opts, timing=dataclasses.replace(opts.timing, flush_l2=True))
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

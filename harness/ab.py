@@ -9,6 +9,7 @@ packages (no second install). REF must have ``harness/ab_worker.py`` (the commit
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import random
 import shutil
@@ -28,7 +29,7 @@ from harness.load import ROOT_PID_ENV
 from harness.records import CaseRecord
 from harness.runner import RunOptions
 from harness.spec import Case, workload_dict
-from harness.stats import summarize_rounds
+from harness.replicate import merge_processes
 
 _START_S = 120.0
 
@@ -122,34 +123,10 @@ class Side:
 
 
 PROCESSES = 2
-"""Worker processes per version. Rounds alternate between them: a process's own luck (memory layout, where its
-threads run) moves a small model's time by tens of percent from one process to the next, so it has to show up
-in the spread between rounds rather than pass for a difference between the versions."""
-
-
-def _merge(parts: list[tuple[CaseRecord, list[int]]], n_rounds: int) -> CaseRecord:
-    """One record from the workers of one version: samples and rounds put back in round order, the timing
-    summary recomputed over all of them (the rest, counted metrics and memory, from the first worker, the
-    only one that measures memory)."""
-    by_round: dict[int, tuple[float, ...]] = {}
-    for rec, which in parts:
-        i = 0
-        for r, n in zip(which, rec.rounds):
-            by_round[r] = rec.samples_s[i:i + n]
-            i += n
-    order = [r for r in range(n_rounds) if r in by_round]
-    samples = tuple(x for r in order for x in by_round[r])
-    rounds = tuple(len(by_round[r]) for r in order)
-    first = parts[0][0]
-    metrics = dict(first.metrics)
-    metrics.update(summarize_rounds(samples, rounds))
-    loads = [p[0].metric("load_others_cores") for p in parts if p[0].metric("load_others_cores") is not None]
-    if loads:
-        metrics["load_others_cores"] = max(loads)
-        metrics["load_busy"] = float(any(p[0].metric("load_busy") for p in parts))
-    metrics["throughput_per_s"] = first.workload.get("batch_size", 1) / (metrics["median_ms"] / 1e3)
-    return dataclasses.replace(first, samples_s=samples, rounds=rounds, metrics=metrics,
-                               duration_s=sum(p[0].duration_s for p in parts))
+"""Worker processes per version when the caller names none (``bench check --against`` passes its ``--processes``,
+default :data:`harness.replicate.GATE_PROCESSES`). Rounds alternate between them: a process's own luck (memory
+layout, where its threads run) moves a small model's time by tens of percent from one process to the next, so the
+gate's test is over processes (:func:`harness.process_stats.process_ratio`), not over rounds or samples."""
 
 
 def interleave_versions(cases: Sequence[Case], opts: RunOptions, ref_tree: Path, here: Path = REPO, seed: int = 0,
@@ -157,11 +134,13 @@ def interleave_versions(cases: Sequence[Case], opts: RunOptions, ref_tree: Path,
                         processes: int = PROCESSES) -> list[tuple[CaseRecord, CaseRecord]]:
     """(baseline = REF's record, candidate = this checkout's record) per case. Each version runs in
     ``processes`` workers; per case every worker prepares it, then ``opts.timing.rounds`` rounds, each in a
-    fresh random order of the two versions, round r timed by worker r mod ``processes`` of each."""
+    fresh random order of the two versions, round r timed by worker r mod ``processes`` of each (the rounds
+    rounded up to a multiple of ``processes``). A version's record holds worker 0's rounds, then worker 1's, ...
+    (:func:`harness.replicate.merge_processes`): its interval and the gate's test are over processes."""
     sides = {name: [Side(name, tree, opts.plugins) for _ in range(processes)]
              for name, tree in (("base", ref_tree), ("cand", here))}
     rng = random.Random(seed)
-    n_rounds = opts.timing.rounds
+    n_rounds = processes * math.ceil(opts.timing.rounds / processes)     # as many rounds in every worker
     out: list[tuple[CaseRecord, CaseRecord]] = []
     try:
         for case in cases:
@@ -196,8 +175,8 @@ def interleave_versions(cases: Sequence[Case], opts: RunOptions, ref_tree: Path,
                         parts.append((rec, which[name][k]))
                     elif failure is None:
                         failure = rec
-                timed = [p for p in parts if p[0].samples_s]
-                recs[name] = failure or (_merge(timed, n_rounds) if timed else parts[0][0])
+                timed = [p[0] for p in parts if p[0].samples_s]
+                recs[name] = failure or (merge_processes(timed) if timed else parts[0][0])
             pair = (recs["base"], recs["cand"])
             out.append(pair)
             if on_pair:

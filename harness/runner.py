@@ -50,6 +50,7 @@ class RunOptions:
     interleave: bool = False        # time the cases of a sweep point side by side (harness.runner.run_group)
     energy: bool = False            # the energy pass (harness.energy) after timing, where a counter is readable
     energy_config: EnergyConfig = EnergyConfig()
+    processes: int = 1              # fresh worker processes per case, records merged (harness.replicate)
 
 
 def resolved_threads(w: Workload) -> int:
@@ -240,6 +241,7 @@ def add_timing(p: Prepared, timed: TimingResult, load: Load | None) -> None:
     """The timing's summary (its interval covers the spread between rounds) and the machine's load."""
     w = p.case.workload
     p.metrics.update(summarize_rounds(timed.samples_s, timed.rounds))
+    p.metrics["n_processes"] = 1.0          # harness.replicate overwrites this when the case ran in several
     p.metrics.update(cold_ms=timed.cold_s * 1e3, block_size=float(timed.block_size),
                      throughput_per_s=w.batch_size / (p.metrics["median_ms"] / 1e3))
     if isinstance(p.step, generation.Generation):      # the timed calls' own clocks: TTFT, TPOT, ITL, tokens/s

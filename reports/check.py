@@ -18,6 +18,16 @@ and ``floor = max(MIN_EFFECT, NOISE_MULTIPLE · max(round CV of the baseline, ro
   regression or improvement measured while other processes used more than half a core
   (``load_busy``, :mod:`harness.load`): a busy machine decides nothing.
 
+**Over processes** (issue 25): where both sides were measured in two or more worker processes
+(``n_processes``; their rounds process by process, :func:`harness.process_stats.process_groups`), the ratio is
+the geometric mean of the candidate's per-process medians over the baseline's, with a two-level bootstrap
+interval (:func:`harness.process_stats.process_ratio`; per pair of processes with ``--against``:
+:func:`harness.process_stats.paired_process_ratio`); ``regressed`` when ratio > 1 + MIN_EFFECT and the
+``1 - ALPHA`` interval lies above 1 (``improved`` mirrored; within the floor ``unchanged``; else
+``inconclusive``). Every verdict carries its minimum detectable effect (``mde``: the slowdown caught with 80 %
+power given the spread between processes; with one process a side, the floor or the interval's reach),
+printed in the verdict cell and summed up by :func:`power_line`.
+
 *Paired* timings (both sides measured in the same rounds, side by side, e.g. a re-measurement that interleaves
 the baseline's code with the candidate's): the ratio is the paired ratio of :func:`harness.stats.paired_ratio`
 (geometric mean of the per-round ratios of the round medians) and "significant" means its 95 % interval
@@ -62,6 +72,7 @@ from scipy import stats as sps
 from harness.errors import BenchInputError
 from harness.records import FAILED, LABEL_KEYS, STATUSES, CaseRecord, RunRecord
 from harness.stats import compare as compare_samples
+from harness.process_stats import paired_process_ratio, process_groups, process_ratio
 from harness.stats import paired_ratio, round_summary
 from reports.compare import env_differences
 
@@ -124,6 +135,19 @@ class TimingVerdict:
     paired: bool = False
     n_base: int = 0
     n_cand: int = 0
+    mde: float | None = None            # the smallest slowdown this check could have seen (see timing_verdict)
+    processes: tuple[int, int] = (1, 1)  # worker processes of the baseline and the candidate
+    over_processes: bool = False        # judged over processes (:func:`process_timing_verdict`), not samples
+
+    @property
+    def mde_text(self) -> str:
+        """``MDE 12%, 5+5 processes`` or ``MDE 30%, not over processes (1+5)`` (a side measured in one process:
+        its interval covers that process only; :func:`power_line` says so in full)."""
+        if self.mde is None:
+            return ""
+        if self.over_processes:
+            return f"MDE {100 * self.mde:.0f}%, {self.processes[0]}+{self.processes[1]} processes"
+        return f"MDE {100 * self.mde:.0f}%, not over processes ({self.processes[0]}+{self.processes[1]})"
 
 
 def _round_cv(samples: Sequence[float], rounds: Sequence[int] | None) -> float | None:
@@ -134,15 +158,22 @@ def _round_cv(samples: Sequence[float], rounds: Sequence[int] | None) -> float |
 
 def timing_verdict(base_samples: Sequence[float], base_rounds: Sequence[int] | None,
                    cand_samples: Sequence[float], cand_rounds: Sequence[int] | None, *,
-                   paired: bool = False) -> TimingVerdict:
+                   paired: bool = False, base_processes: int = 1, cand_processes: int = 1) -> TimingVerdict:
     """The verdict on one case's timing (seconds per call on both sides; the rule is in the module docstring).
 
     ``*_rounds``: samples per round, consecutive in the samples (empty or None: no rounds, no round CV).
-    ``paired=True`` needs both sides measured in the same rounds (at least two); raises ValueError otherwise."""
+    ``paired=True`` needs both sides measured in the same rounds (at least two); raises ValueError otherwise.
+    ``*_processes``: the worker processes each side was measured in (its rounds, process by process:
+    :func:`harness.process_stats.process_groups`); with two or more on both sides the verdict is over processes
+    (:func:`process_timing_verdict`) whatever ``paired`` says."""
     base = np.asarray(base_samples, dtype=np.float64)
     cand = np.asarray(cand_samples, dtype=np.float64)
     if base.size == 0 or cand.size == 0:
         raise ValueError("timing_verdict() needs samples on both sides")
+    bg = process_groups(base_samples, base_rounds or (), base_processes)
+    cg = process_groups(cand_samples, cand_rounds or (), cand_processes)
+    if bg is not None and cg is not None:
+        return process_timing_verdict(bg, cg, paired=paired and len(bg) == len(cg))
     floor = effect_floor(_round_cv(base, base_rounds), _round_cv(cand, cand_rounds))
     med_b, med_c = float(np.median(base)), float(np.median(cand))
     if paired:
@@ -164,8 +195,37 @@ def timing_verdict(base_samples: Sequence[float], base_rounds: Sequence[int] | N
         verdict = "improved"
     else:
         verdict = "inconclusive"
+    # one process a side: the smallest change it calls is the floor, or the interval's reach if wider
+    mde = max(floor, float(hi) / float(ratio) - 1.0, 1.0 - float(lo) / float(ratio))
     return TimingVerdict(verdict, float(ratio), float(lo), float(hi), p, floor, med_b * 1e3, med_c * 1e3,
-                         paired, int(base.size), int(cand.size))
+                         paired, int(base.size), int(cand.size), mde=mde,
+                         processes=(max(1, base_processes), max(1, cand_processes)))
+
+
+def process_timing_verdict(base_groups: Sequence[Sequence[float]], cand_groups: Sequence[Sequence[float]],
+                           paired: bool = False) -> TimingVerdict:
+    """The verdict over processes (each side's samples cut by process, two processes or more a side): the ratio
+    of the geometric means of the per-process medians, its 95 % interval from the two-level bootstrap
+    (:func:`harness.process_stats.process_ratio`); significant when the ``1 - ALPHA`` interval excludes 1; the
+    floor is :data:`MIN_EFFECT` (the between-process spread is in the interval already). ``mde``: the larger of the
+    floor and the slowdown the test would catch with 80 % power given the between-process spread. ``paired``:
+    process k of each side ran alternately with the other's (``--against``): the ratio is taken per pair
+    (:func:`harness.process_stats.paired_process_ratio`), so load shared by a pair cancels."""
+    pr = (paired_process_ratio if paired else process_ratio)(base_groups, cand_groups, alpha=ALPHA)
+    floor = MIN_EFFECT
+    if abs(math.log(pr.ratio)) <= math.log1p(floor):
+        verdict = "unchanged"
+    elif pr.ratio > 1.0 + floor and pr.significant:
+        verdict = "regressed"
+    elif pr.ratio < 1.0 / (1.0 + floor) and pr.significant:
+        verdict = "improved"
+    else:
+        verdict = "inconclusive"
+    med_b = float(np.exp(np.mean(np.log([np.median(g) for g in base_groups]))))
+    med_c = float(np.exp(np.mean(np.log([np.median(g) for g in cand_groups]))))
+    return TimingVerdict(verdict, pr.ratio, pr.ci_low, pr.ci_high, None, floor, med_b * 1e3, med_c * 1e3,
+                         paired, sum(len(g) for g in base_groups), sum(len(g) for g in cand_groups),
+                         mde=max(floor, pr.mde), processes=(len(base_groups), len(cand_groups)), over_processes=True)
 
 
 # -- readable case identity -----------------------------------------------------------------------------
@@ -209,6 +269,7 @@ class BaselineTiming:
     round_cv: float | None
     samples_s: tuple[float, ...]
     rounds: tuple[int, ...]
+    n_processes: int = 1            # worker processes; their rounds consecutive (a file before issue 25: 1)
 
 
 @dataclass(frozen=True)
@@ -228,7 +289,8 @@ class BaselineCase:
         t = self.timing
         return CaseRecord(case_key=self.case_key, suite=suite, line=self.line, arch=self.arch,
                           status=self.status, config=dict(self.config), workload=dict(self.workload),
-                          metrics={**self.deterministic, **self.tolerant},
+                          metrics={**self.deterministic, **self.tolerant,
+                                   **({"n_processes": float(t.n_processes)} if t else {})},
                           samples_s=t.samples_s if t else (), rounds=t.rounds if t else ())
 
 
@@ -264,8 +326,15 @@ def _timing_doc(r: CaseRecord) -> dict[str, Any] | None:
     if not r.samples_s:
         return None
     rounds = list(r.rounds) if r.rounds and sum(r.rounds) == len(r.samples_s) else []
-    return {"median_ms": float(np.median(r.samples_s)) * 1e3, "round_cv": _round_cv(r.samples_s, rounds),
-            "samples_s": [float(s) for s in r.samples_s], "rounds": rounds}
+    n_proc = int(r.metric("n_processes") or 1)
+    groups = process_groups(r.samples_s, rounds, n_proc)
+    doc = {"median_ms": float(np.median(r.samples_s)) * 1e3, "round_cv": _round_cv(r.samples_s, rounds),
+           "samples_s": [float(s) for s in r.samples_s], "rounds": rounds}
+    if groups:                          # one process: the document stays as it was before issue 25
+        doc["n_processes"] = n_proc
+        doc["process_medians_ms"] = [float(np.median(g)) * 1e3 for g in groups]
+        doc["n_rounds"], doc["n_samples"] = len(rounds), len(r.samples_s)
+    return doc
 
 
 def baseline_document(run: RunRecord, records: Sequence[CaseRecord]) -> dict[str, Any]:
@@ -344,9 +413,14 @@ def _parse_case(i: int, c: Any) -> BaselineCase:
         if rounds and sum(rounds) != len(samples):
             raise _Invalid(f"{what}: timing rounds hold {sum(rounds)} samples, samples_s has {len(samples)}")
         cv = t.get("round_cv")
+        n_proc = t.get("n_processes", 1)
+        if not isinstance(n_proc, int) or isinstance(n_proc, bool) or n_proc < 1:
+            raise _Invalid(f"{what}: timing 'n_processes' is not a positive count")
+        if n_proc > 1 and process_groups(samples, rounds, n_proc) is None:
+            raise _Invalid(f"{what}: timing rounds ({len(rounds)}) do not split into {n_proc} processes")
         timing = BaselineTiming(median_ms=float(np.median(samples)) * 1e3,
                                 round_cv=float(cv) if _finite(cv) else None,
-                                samples_s=tuple(float(s) for s in samples), rounds=tuple(rounds))
+                                samples_s=tuple(float(s) for s in samples), rounds=tuple(rounds), n_processes=n_proc)
     return BaselineCase(case_key=key, line=_need(c, "line", str, what), arch=_need(c, "arch", str, what),
                         status=status, workload=dict(_need(c, "workload", dict, what)),
                         config=dict(_need(c, "config", dict, what)),
@@ -485,6 +559,7 @@ class CheckRow:
     remeasured: bool = False
     base_samples: tuple[float, ...] = field(default=(), repr=False)
     base_rounds: tuple[int, ...] = field(default=(), repr=False)
+    base_processes: int = field(default=1, repr=False)
 
     @property
     def name(self) -> str:
@@ -549,24 +624,29 @@ class CheckReport:
                 if r.timing is not None and r.timing_gated and r.timing.verdict == "inconclusive"]
 
     def replace_timing(self, case_key: str, cand_samples: Sequence[float], cand_rounds: Sequence[int] = (), *,
-                       paired_base: tuple[Sequence[float], Sequence[int]] | None = None, busy: str = ""
-                       ) -> CheckReport:
+                       paired_base: tuple[Sequence[float], Sequence[int]] | None = None, busy: str = "",
+                       cand_processes: int = 1, base_processes: int | None = None) -> CheckReport:
         """A new report with ``case_key``'s timing re-judged on a re-measurement of the candidate.
 
         ``paired_base``: ``(samples, rounds)`` of the baseline's code re-measured side by side with the candidate,
         in the same rounds: then the verdict is paired (see the module docstring) against those samples.
         Without it the re-measurement is judged against the stored baseline samples. ``busy``: the re-measurement
         ran on a busy machine (:func:`busy_note`), so a regression or improvement reads inconclusive.
+        ``cand_processes`` / ``base_processes`` (default: the stored baseline's): the worker processes of each
+        side; with two or more on both the verdict is over processes (:func:`process_timing_verdict`).
         Raises KeyError for an
         unknown case and ValueError for a case without a baseline timing (and no ``paired_base``)."""
         row = self.row(case_key)
         if paired_base is not None:
             base_samples, base_rounds = tuple(paired_base[0]), tuple(paired_base[1])
-            verdict = timing_verdict(base_samples, base_rounds, cand_samples, cand_rounds, paired=True)
+            verdict = timing_verdict(base_samples, base_rounds, cand_samples, cand_rounds, paired=True,
+                                     base_processes=base_processes or 1, cand_processes=cand_processes)
         else:
             if not row.base_samples:
                 raise ValueError(f"case {case_key} has no baseline timing to compare with")
-            verdict = timing_verdict(row.base_samples, row.base_rounds, cand_samples, cand_rounds)
+            verdict = timing_verdict(row.base_samples, row.base_rounds, cand_samples, cand_rounds,
+                                     base_processes=base_processes or row.base_processes,
+                                     cand_processes=cand_processes)
         if busy and verdict.verdict in ("regressed", "improved"):       # measured on a busy machine: decides nothing
             verdict = dataclasses.replace(verdict, verdict="inconclusive")
         notes = row.notes + ((busy,) if busy else ())
@@ -594,7 +674,13 @@ def _timing_sides(base: BaselineCase, cand: CaseRecord, paired: bool = False) ->
     rounds = cand.rounds if cand.rounds and sum(cand.rounds) == len(cand.samples_s) else ()
     paired = paired and len(rounds) >= 2 and len(rounds) == len(base.timing.rounds or ())
     return not_on_busy(timing_verdict(base.timing.samples_s, base.timing.rounds, cand.samples_s, rounds,
-                                      paired=paired), cand)
+                                      paired=paired, base_processes=base.timing.n_processes,
+                                      cand_processes=n_processes(cand)), cand)
+
+
+def n_processes(rec: CaseRecord) -> int:
+    """The worker processes a record's timing was measured in (``n_processes``; 1 when not stored)."""
+    return max(1, int(rec.metric("n_processes") or 1))
 
 
 def check_run(baseline: Baseline, run: RunRecord, records: Sequence[CaseRecord], *,
@@ -639,7 +725,8 @@ def check_run(baseline: Baseline, run: RunRecord, records: Sequence[CaseRecord],
         params, label = labels[b.case_key]
         ident = dict(case_key=b.case_key, line=b.line, arch=b.arch, label=label, params=params,
                      base_samples=b.timing.samples_s if b.timing else (),
-                     base_rounds=b.timing.rounds if b.timing else ())
+                     base_rounds=b.timing.rounds if b.timing else (),
+                     base_processes=b.timing.n_processes if b.timing else 1)
         if c is None:
             rows.append(CheckRow(**ident, kind="missing", status="", base_status=b.status))
             continue
@@ -665,7 +752,8 @@ def check_run(baseline: Baseline, run: RunRecord, records: Sequence[CaseRecord],
         row = report.row(key)
         if row.timing is not None and rec.ok and rec.samples_s:
             rounds = rec.rounds if rec.rounds and sum(rec.rounds) == len(rec.samples_s) else ()
-            report = report.replace_timing(key, rec.samples_s, rounds, busy=busy_note(rec))
+            report = report.replace_timing(key, rec.samples_s, rounds, busy=busy_note(rec),
+                                           cand_processes=n_processes(rec))
     return report
 
 
@@ -687,6 +775,23 @@ def headline(report: CheckReport) -> str:
     return f"✅ no regression ({total} cases" + (f": {rest})" if rest else ")")
 
 
+def power_line(report: CheckReport) -> str:
+    """How little a green check proves: the smallest slowdown each timing verdict could have seen (its minimum
+    detectable effect), as the median and the largest over the cases, and how many processes they rest on."""
+    ts = [r.timing for r in report.rows if r.timing is not None and r.timing.mde is not None]
+    if not ts:
+        return "no timing compared: this check could not see any slowdown"
+    mdes = sorted(t.mde for t in ts)
+    worst = max((r for r in report.rows if r.timing is not None and r.timing.mde is not None),
+                key=lambda r: r.timing.mde)
+    procs = sorted({t.processes for t in ts})
+    basis = ("over processes (" + ", ".join(f"{a}+{b}" for a, b in procs) + ")" if all(t.over_processes for t in ts)
+             else "some with a side measured in one process: one process: the interval covers this process only")
+    gated = "" if report.timing_gated else " (timing not gated)"
+    return (f"smallest slowdown this check could see{gated}: {100 * mdes[len(mdes) // 2]:.0f}% median over "
+            f"{len(ts)} timings, {100 * worst.timing.mde:.0f}% at worst ({worst.name}); {basis}")
+
+
 def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:,.4g}"
 
@@ -699,6 +804,8 @@ def _cells(row: CheckRow) -> dict[str, str]:
         extra.append(f"timing {t.verdict}, not gated")
     if row.remeasured:
         extra.append("re-measured" + (", paired" if t is not None and t.paired else ""))
+    if t is not None and t.mde_text:
+        extra.append(t.mde_text)
     status = "" if row.kind != "both" or row.status == row.base_status else f"{row.base_status} → {row.status}"
     changes = "; ".join([f.text + ("" if f.gated else " (not gated)") for f in row.findings] + list(row.notes))
     return {
@@ -706,7 +813,8 @@ def _cells(row: CheckRow) -> dict[str, str]:
         "base": _ms(t.base_median_ms) if t else "-",
         "cand": _ms(t.cand_median_ms) if t else "-",
         "ratio": f"{t.ratio:.3f} [{t.ci_low:.3f}, {t.ci_high:.3f}]" if t else "-",
-        "p": ("paired" if t.paired else f"{t.p_value:.2g}") if t else "-",
+        "p": ((("processes, paired" if t.paired else "processes") if t.over_processes else
+               "paired" if t.paired else f"{t.p_value:.2g}") if t else "-"),
         "floor": f"{100 * t.floor:.1f}%" if t else "-",
         "verdict": verdict + (f" ({'; '.join(extra)})" if extra else ""),
         "status": status,
@@ -738,10 +846,11 @@ def markdown(report: CheckReport) -> str:
     out = [f"### {headline(report)}", ""]
     gate = ("timing gated" if report.timing_gated else "timing **not gated** ("
             + ("another environment" if report.env_differences else "--no-gate-timing") + ")")
-    floor = f"a timing counts beyond max({100 * MIN_EFFECT:.0f}%, {NOISE_MULTIPLE:g}× round CV) with p < {ALPHA:g}"
+    floor = (f"a timing counts beyond max({100 * MIN_EFFECT:.0f}%, {NOISE_MULTIPLE:g}× round CV) with p < {ALPHA:g}; "
+             f"over processes beyond {100 * MIN_EFFECT:.0f}% with its {100 * (1 - ALPHA):g}% interval clear of 1")
     commit = f" (commit `{report.baseline_commit[:10]}`)" if report.baseline_commit else ""
     out += [f"Suite `{report.suite}` against the baseline of {report.baseline_created or '?'}{commit}: {gate}; "
-            f"{floor}.", ""]
+            f"{floor}.", "", power_line(report) + ".", ""]
     if report.warnings:
         out += [f"> ⚠️ {_md_escape(w)}" for w in report.warnings]
         out.append("")

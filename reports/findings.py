@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.process_stats import ONE_PROCESS_NOTE, process_groups, process_ratio
 from harness.records import CaseRecord, RunRecord
 from harness.stats import AffineFit, ScalingFit, compare, fit_cost
 from reports.frames import is_number, sweep_axis, varying_keys
@@ -28,6 +29,7 @@ class Ratio:
     value: float
     lo: float | None = None
     hi: float | None = None
+    processes: int = 0                  # timings: the worker processes the interval is over (1: this process only)
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,7 @@ class Findings:
     statuses: dict[str, int] = field(default_factory=dict)
     busy: int = 0                        # ok cases timed while other processes loaded the machine
     busy_cores: float = 0.0              # the most cores those other processes used
+    intervals: str = ""                 # what the timing intervals cover (:func:`interval_note`)
 
     def fit(self, line: str, metric: str) -> ScalingFit | AffineFit | None:
         return next((lf.fits.get(metric) for lf in self.lines if lf.line == line), None)
@@ -92,7 +95,7 @@ def findings(records: Sequence[CaseRecord], *, run_id: str = "", suite: str = ""
         lines.append(LineFinding(line, params, fits, _count(recs)))
     busy = [r for r in records if r.ok and r.metric("load_busy")]
     return Findings(run_id, suite, axis, lines, _contrasts(lines, by_line, axis), _count(records), len(busy),
-                    max((r.metric("load_others_cores") or 0.0 for r in busy), default=0.0))
+                    max((r.metric("load_others_cores") or 0.0 for r in busy), default=0.0), interval_note(records))
 
 
 def _count(records: Sequence[CaseRecord]) -> dict[str, int]:
@@ -149,9 +152,36 @@ def _ratio(a: float | None, b: float | None) -> Ratio | None:
     return Ratio(a / b) if a is not None and b else None
 
 
+def n_processes(r: CaseRecord) -> int:
+    """The worker processes a case's timing was measured in (``n_processes``; 1 when not stored)."""
+    return max(1, int(r.metric("n_processes") or 1))
+
+
+def _groups(r: CaseRecord) -> list[tuple[float, ...]] | None:
+    return process_groups(r.samples_s, r.rounds, n_processes(r))
+
+
 def _time_ratio(a: CaseRecord, b: CaseRecord) -> Ratio | None:
-    """a's median time ÷ b's, with a bootstrap 95% interval from both cases' raw samples."""
+    """a's median time ÷ b's with a 95% interval: over processes (:func:`harness.process_stats.process_ratio`)
+    when both were measured in two or more, else a bootstrap of both cases' raw samples (one process: the
+    interval covers that process only)."""
     if not a.samples_s or not b.samples_s:
         return _ratio(a.metric("median_ms"), b.metric("median_ms"))
+    ga, gb = _groups(a), _groups(b)
+    if ga is not None and gb is not None:
+        pr = process_ratio(gb, ga)                     # ratio = a / b over processes
+        return Ratio(pr.ratio, pr.ci_low, pr.ci_high, min(len(ga), len(gb)))
     c = compare(b.samples_s, a.samples_s)              # ratio = median(a) / median(b)
-    return Ratio(c["ratio"], c["ci_low"], c["ci_high"])
+    return Ratio(c["ratio"], c["ci_low"], c["ci_high"], 1)
+
+
+def interval_note(records: Sequence[CaseRecord]) -> str:
+    """What a run's timing intervals cover: ``timing intervals over 5 processes`` or the one-process note."""
+    counts = sorted({n_processes(r) for r in records if r.ok and r.samples_s})
+    if not counts:
+        return ""
+    if counts == [1]:
+        return f"timing intervals: {ONE_PROCESS_NOTE} (bench run --processes N measures each case in N)"
+    if counts[0] == 1:
+        return f"timing intervals: over {counts[-1]} processes for some cases; {ONE_PROCESS_NOTE} for the others"
+    return "timing intervals over " + "/".join(map(str, counts)) + " worker processes per case"

@@ -246,6 +246,8 @@ def headline_lines(f: Findings) -> list[str]:
     if f.axis and any(any(lf.fits.values()) for lf in shown):
         out += ["  " + line_text(lf, f.axis) for lf in shown]
     out += ["  " + contrast_text(c, f.axis) for c in contrasts]
+    if f.intervals and (contrasts or f.axis):
+        out.append("  " + f.intervals)
     return out
 
 

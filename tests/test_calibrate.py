@@ -114,9 +114,9 @@ def test_a_cuda_only_run_calibrates_once(monkeypatch) -> None:
     the end re-check runs for CPU cases only."""
     from types import SimpleNamespace
 
-    from harness import session
+    from harness import run as run_mod
     calls: list[dict] = []
-    monkeypatch.setattr(session, "calibrate_peak", lambda used, threads: calls.append(used) or {
+    monkeypatch.setattr(run_mod, "calibrate_peak", lambda used, threads: calls.append(used) or {
         d: {"matmul_flops_per_s": {dt: 1e9 for dt in dts}, "copy_bytes_per_s": 1e9} for d, dts in used.items()})
     updates: list[dict] = []
     store = SimpleNamespace(get_run=lambda run_id: SimpleNamespace(options={"peak": {"cuda": {}, "cpu": {}}}),
@@ -124,7 +124,7 @@ def test_a_cuda_only_run_calibrates_once(monkeypatch) -> None:
 
     def case(device: str) -> SimpleNamespace:
         return SimpleNamespace(workload=SimpleNamespace(device=device, dtype="bf16", threads=1))
-    session.recheck_peak(store, "r", [case("cuda"), case("cuda")])
+    run_mod.Run(store, "r", [case("cuda"), case("cuda")])._recheck_peak()
     assert calls == [] and updates == []
-    session.recheck_peak(store, "r", [case("cuda"), case("cpu")])
+    run_mod.Run(store, "r", [case("cuda"), case("cpu")])._recheck_peak()
     assert calls == [{"cpu": {"bf16"}}] and set(updates[0]["peak_end"]) == {"cpu"}

@@ -128,7 +128,8 @@ def test_two_versions_alternate_in_worker_processes():
     (base, cand), = ab.interleave_versions([case], RunOptions(timing=TimingConfig.quick(), timeout_s=120), REPO)
     assert base.ok and cand.ok, (base.message, cand.message)
     assert base.metric("macs") == cand.metric("macs") and base.metric("params") == cand.metric("params")
-    assert base.group == cand.group and len(base.rounds) == len(cand.rounds) == 5
+    assert base.group == cand.group and len(base.rounds) == len(cand.rounds) == 6   # 5 rounded up: 3 per worker
+    assert base.metric("n_processes") == cand.metric("n_processes") == 2 and base.metric("process_rounds") == 3
 
 
 def test_against_needs_a_real_commit_with_the_worker():

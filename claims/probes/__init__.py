@@ -16,6 +16,7 @@ from harness.records import CaseRecord
 from harness.registry import resolve
 from harness.spec import Workload
 from harness.load import BUSY_CORES
+from harness.process_stats import ONE_PROCESS_NOTE, paired_process_ratio, process_groups
 from harness.stats import compare, fit_affine, fit_floor_power, fit_scaling, paired_ratio, top_slope
 from harness.timing import TimingResult
 
@@ -140,12 +141,25 @@ def timed_ratio(a: TimingResult, b: TimingResult, note: str = "", busy: str = ""
     return _paired_figure(a, b, note, busy)
 
 
+def _process_groups(r: CaseRecord | TimingResult) -> list[tuple[float, ...]] | None:
+    n = int(r.metric("n_processes") or 1) if isinstance(r, CaseRecord) else 1
+    return process_groups(r.samples_s, r.rounds, n)
+
+
 def _paired_figure(a: CaseRecord | TimingResult, b: CaseRecord | TimingResult, note: str, busy: str) -> Figure:
-    """a over b from timings taken in the same rounds: :func:`harness.stats.paired_ratio` as a figure."""
+    """a over b from timings taken in the same rounds: over the pairs of processes where both were timed side by
+    side in several (:func:`harness.process_stats.paired_process_ratio`: ``bench claims --processes N``), else
+    :func:`harness.stats.paired_ratio` over the rounds of one process (the note says so)."""
+    ga, gb = _process_groups(a), _process_groups(b)
+    lead = note + "; " if note else ""
+    if ga is not None and gb is not None and len(ga) == len(gb):
+        pp = paired_process_ratio(gb, ga)            # ratio = a / b, per process
+        return Figure(pp.ratio, pp.ci_low, pp.ci_high, "×", lead + f"timed side by side in {len(ga)} processes, "
+                      "interval over processes (two-level bootstrap)", len(ga), busy=busy)
     pr = paired_ratio(a.samples_s, a.rounds, b.samples_s, b.rounds)
-    return Figure(pr.ratio, pr.ci_low, pr.ci_high, "×", (note + "; " if note else "")
-                  + f"timed side by side in {pr.n_rounds} rounds, interval over the per-round ratios", pr.n_rounds,
-                  busy=busy)
+    return Figure(pr.ratio, pr.ci_low, pr.ci_high, "×", lead
+                  + f"timed side by side in {pr.n_rounds} rounds, interval over the per-round ratios; "
+                  + ONE_PROCESS_NOTE, pr.n_rounds, busy=busy)
 
 
 def samples_ratio(a: Sequence[float], b: Sequence[float], note: str = "") -> Figure:

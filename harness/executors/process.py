@@ -9,6 +9,8 @@ replaces it.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
+import logging
 import multiprocessing as mp
 import signal
 import sys
@@ -19,12 +21,14 @@ from multiprocessing.connection import Connection
 from harness import registry
 from harness.executors.base import interleave_groups, poisons_worker
 from harness.executors.deaths import death_record, read_oom_kills
+from harness.replicate import merge_processes, per_process_timing
 from harness.runner import RunOptions, run_case, run_group
 from harness.records import CaseRecord
 from harness.spec import Case
 
 _CTX = mp.get_context("spawn")   # never fork: CUDA and OpenMP state do not survive it
 _START_TIMEOUT_S = 120.0
+log = logging.getLogger("bench")
 
 
 def _die_with_parent() -> None:
@@ -113,6 +117,28 @@ class ProcessExecutor:
         self.proc = self.conn = None
 
     def run(self, cases: Sequence[Case], opts: RunOptions) -> Iterator[CaseRecord]:
+        if opts.processes > 1:
+            yield from self._replicated(cases, opts)
+            return
+        yield from self._run(cases, opts)
+
+    def _replicated(self, cases: Sequence[Case], opts: RunOptions) -> Iterator[CaseRecord]:
+        """``opts.processes`` passes over ``cases``, each in a fresh worker with 1/N of the timing budget
+        (:func:`harness.replicate.per_process_timing`); per case the records are merged
+        (:func:`harness.replicate.merge_processes`) and yielded once the last pass is done."""
+        n = opts.processes
+        one = dataclasses.replace(opts, processes=1, timing=per_process_timing(opts.timing, n))
+        parts: dict[str, list[CaseRecord]] = {c.key: [] for c in cases}
+        for i in range(n):
+            self._stop()                          # a fresh process for every pass
+            for rec in self._run(cases, one):
+                parts[rec.case_key].append(rec)
+            log.info("process %d of %d done (%d cases)", i + 1, n, len(cases))
+        self._stop()
+        for c in cases:
+            yield merge_processes(parts[c.key])
+
+    def _run(self, cases: Sequence[Case], opts: RunOptions) -> Iterator[CaseRecord]:
         if not opts.interleave:
             yield from self._each(cases, opts)
             return

@@ -1,0 +1,184 @@
+"""Timing statistics with the worker process as the unit of replication (pure numpy/scipy, no torch).
+
+A process's samples share its luck — memory layout, where its threads land, the state of the machine when it
+started — so they are not independent draws of "how long does this case take". Kalibera & Jones ("Rigorous
+benchmarking in reasonable time", ISMM 2013) model a timing as two levels, processes then iterations within
+them; pyperf spawns 20 worker processes per benchmark for the same reason. Here:
+
+* a timing measured in P processes is stored as its samples in rounds, the rounds of process 0 first, then
+  process 1, ... (``rounds_per_process`` consecutive rounds each): :func:`process_groups` cuts them apart;
+* the typical time is the geometric mean of the per-process medians, and its interval a **two-level
+  bootstrap**: resample P processes with replacement, then each chosen process's samples with replacement, take
+  the mean of the log medians (:func:`hierarchical_log_means`); the standard deviation of those replicates, times
+  ``sqrt(P / (P - 1))`` (the plug-in bootstrap's small-sample bias), is the standard error, and the interval is
+  ``± t(P - 1)`` standard errors on the log scale (with only a few processes a percentile interval of a bootstrap
+  is far too narrow: 3 processes have 10 distinct resamples);
+* a ratio of two such timings (:func:`process_ratio`) resamples both sides apart; its degrees of freedom are
+  Welch's, and its **minimum detectable effect** is the slowdown the test would catch with ``POWER``
+  probability: ``exp((t(1 - alpha/2) + t(POWER)) · se) - 1``.
+
+With one process there is no between-process spread to see: no interval is made here, and callers say "one
+process: the interval covers this process only".
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats as sps
+
+N_BOOT = 2000
+"""Bootstrap replicates (seeded: the same data give the same interval)."""
+POWER = 0.8
+"""The minimum detectable effect is the change caught with this probability."""
+
+
+def process_groups(samples_s: Sequence[float], rounds: Sequence[int], n_processes: int
+                   ) -> list[tuple[float, ...]] | None:
+    """The samples of each process, or None when they cannot be cut apart (fewer than two processes, no rounds,
+    or a round count that is not a multiple of ``n_processes``): the rounds of process 0 come first, then those
+    of process 1, ..., ``len(rounds) // n_processes`` each."""
+    if n_processes < 2 or not rounds or len(rounds) % n_processes or sum(rounds) != len(samples_s):
+        return None
+    per = len(rounds) // n_processes
+    out, i = [], 0
+    for p in range(n_processes):
+        n = sum(rounds[p * per:(p + 1) * per])
+        out.append(tuple(samples_s[i:i + n]))
+        i += n
+    return out if all(out) else None
+
+
+def hierarchical_log_means(groups: Sequence[Sequence[float]], n_boot: int = N_BOOT,
+                           rng: np.random.Generator | None = None) -> np.ndarray:
+    """``n_boot`` two-level bootstrap replicates of the mean log per-process median: processes resampled with
+    replacement, then each chosen process's samples with replacement (Kalibera & Jones' hierarchical bootstrap)."""
+    rng = rng or np.random.default_rng(0)
+    arrays = [np.asarray(g, dtype=np.float64) for g in groups]
+    p = len(arrays)
+    out = np.empty(n_boot)
+    # per process, n_boot resampled log medians (resampling within a process is independent of which is picked)
+    inner = np.empty((p, n_boot))
+    for j, a in enumerate(arrays):
+        idx = rng.integers(0, a.size, size=(n_boot, a.size))
+        inner[j] = np.log(np.median(a[idx], axis=1))
+    picks = rng.integers(0, p, size=(n_boot, p))                     # (n_boot, P): which processes
+    cols = np.arange(n_boot)[:, None]
+    out[:] = inner[picks, cols].mean(axis=1)
+    return out
+
+
+@dataclass(frozen=True)
+class ProcessSummary:
+    """One timing over its processes (milliseconds): the geometric mean of the per-process medians, its interval,
+    the between-process coefficient of variation and the counts."""
+
+    centre_ms: float
+    ci_low_ms: float
+    ci_high_ms: float
+    se_log: float
+    process_cv: float
+    n_processes: int
+    medians_ms: tuple[float, ...]
+
+    def metrics(self) -> dict[str, float]:
+        """``process_ci_low_ms``/``process_ci_high_ms``, ``process_gmean_ms``, ``process_cv``, ``n_processes``."""
+        return {"process_gmean_ms": self.centre_ms, "process_ci_low_ms": self.ci_low_ms,
+                "process_ci_high_ms": self.ci_high_ms, "process_cv": self.process_cv,
+                "n_processes": float(self.n_processes)}
+
+
+def _se(reps: np.ndarray, p: int) -> float:
+    return float(reps.std(ddof=1)) * math.sqrt(p / (p - 1))
+
+
+def process_summary(groups: Sequence[Sequence[float]], confidence: float = 0.95, n_boot: int = N_BOOT,
+                    seed: int = 0) -> ProcessSummary:
+    """The process-level view of a timing (samples in seconds, one sequence per process, at least two)."""
+    if len(groups) < 2 or not all(len(g) for g in groups):
+        raise ValueError("a process-level interval needs at least two processes with samples")
+    meds = np.array([float(np.median(g)) for g in groups]) * 1e3
+    logs = np.log(meds)
+    p = len(groups)
+    se = _se(hierarchical_log_means(groups, n_boot, np.random.default_rng(seed)), p)
+    half = float(sps.t.ppf(0.5 + confidence / 2.0, p - 1)) * se
+    centre = float(np.exp(logs.mean()))
+    return ProcessSummary(centre, centre * math.exp(-half), centre * math.exp(half), se,
+                          float(meds.std(ddof=1) / meds.mean()), p, tuple(float(m) for m in meds))
+
+
+@dataclass(frozen=True)
+class ProcessRatio:
+    """Candidate over baseline across processes: ``ratio`` (geometric means of the per-process medians), its
+    interval at ``confidence``, the standard error of its log, Welch's degrees of freedom and the minimum
+    detectable effect at ``alpha`` (two-sided) with power :data:`POWER`."""
+
+    ratio: float
+    ci_low: float
+    ci_high: float
+    se_log: float
+    df: float
+    mde: float
+    significant: bool
+    n_base: int
+    n_cand: int
+
+
+def process_ratio(base: Sequence[Sequence[float]], cand: Sequence[Sequence[float]], *, alpha: float = 0.002,
+                  confidence: float = 0.95, n_boot: int = N_BOOT, seed: int = 0) -> ProcessRatio:
+    """median(cand)/median(base) over processes (both sides at least two processes). ``significant``: the
+    ``1 - alpha`` interval excludes 1; the interval returned is at ``confidence`` (what is shown)."""
+    if len(base) < 2 or len(cand) < 2:
+        raise ValueError("a process-level ratio needs at least two processes on each side")
+    rng = np.random.default_rng(seed)
+    rb, rc = hierarchical_log_means(base, n_boot, rng), hierarchical_log_means(cand, n_boot, rng)
+    pb, pc = len(base), len(cand)
+    vb, vc = _se(rb, pb) ** 2, _se(rc, pc) ** 2
+    se = math.sqrt(vb + vc)
+    df = (vb + vc) ** 2 / (vb ** 2 / (pb - 1) + vc ** 2 / (pc - 1)) if vb + vc > 0 else float(pb + pc - 2)
+    lb = np.log([float(np.median(g)) for g in base]).mean()
+    lc = np.log([float(np.median(g)) for g in cand]).mean()
+    log_r = float(lc - lb)
+    t_show = float(sps.t.ppf(0.5 + confidence / 2.0, df))
+    t_test = float(sps.t.ppf(1.0 - alpha / 2.0, df))
+    t_power = float(sps.t.ppf(POWER, df))
+    return ProcessRatio(math.exp(log_r), math.exp(log_r - t_show * se), math.exp(log_r + t_show * se), se, df,
+                        math.expm1((t_test + t_power) * se), abs(log_r) > t_test * se, pb, pc)
+
+
+def paired_process_ratio(base: Sequence[Sequence[float]], cand: Sequence[Sequence[float]], *, alpha: float = 0.002,
+                         confidence: float = 0.95, n_boot: int = N_BOOT, seed: int = 0) -> ProcessRatio:
+    """Like :func:`process_ratio` for processes run in pairs (``bench check --against``: worker k of each version
+    took its rounds alternately with the other's worker k, so both saw the same load): per pair the log ratio of
+    the medians; the two-level bootstrap resamples the pairs, then the samples within each process; the interval
+    is ± t(P - 1) standard errors. Load that drifts over the check cancels within a pair; each process's own luck
+    does not, and stays in the spread."""
+    if len(base) != len(cand) or len(base) < 2:
+        raise ValueError("a paired process-level ratio needs the same number (two or more) of processes a side")
+    rng = np.random.default_rng(seed)
+    p = len(base)
+
+    def inner(groups: Sequence[Sequence[float]]) -> np.ndarray:
+        out = np.empty((p, n_boot))
+        for j, g in enumerate(groups):
+            a = np.asarray(g, dtype=np.float64)
+            out[j] = np.log(np.median(a[rng.integers(0, a.size, size=(n_boot, a.size))], axis=1))
+        return out
+
+    diff = inner(cand) - inner(base)                                  # (P, n_boot): log ratio per pair
+    picks = rng.integers(0, p, size=(n_boot, p))
+    reps = diff[picks, np.arange(n_boot)[:, None]].mean(axis=1)
+    se = _se(reps, p)
+    log_r = float(np.mean([math.log(np.median(c) / np.median(b)) for b, c in zip(base, cand)]))
+    df = float(p - 1)
+    t_show = float(sps.t.ppf(0.5 + confidence / 2.0, df))
+    t_test = float(sps.t.ppf(1.0 - alpha / 2.0, df))
+    t_power = float(sps.t.ppf(POWER, df))
+    return ProcessRatio(math.exp(log_r), math.exp(log_r - t_show * se), math.exp(log_r + t_show * se), se, df,
+                        math.expm1((t_test + t_power) * se), abs(log_r) > t_test * se, p, p)
+
+
+ONE_PROCESS_NOTE = "one process: the interval covers this process only"
+"""What a timing measured in one worker process says about its interval."""
