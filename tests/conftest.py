@@ -21,7 +21,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
 SERIAL_MODULES = frozenset({"test_ci_gate", "test_load", "test_timing", "test_interleave", "test_calibrate",
-                            "test_timer_gpu", "test_executor_devices", "test_process_stats"})
+                            "test_timer_gpu", "test_executor_devices", "test_process_stats", "test_claims_blocks"})
 """Modules whose tests judge timings, a calibrated peak or the machine's load: `make test` runs them alone, after the
 parallel tests (marker ``serial``), so another test running beside them cannot pass for a busy machine."""
 

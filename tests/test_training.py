@@ -17,7 +17,7 @@ from harness.compiled import compile_model, warm_up_compiled
 from harness.errors import BenchInputError
 from harness.flops import count_flops
 from harness.models import build_model
-from harness.runner import RunOptions, build_step, run_case
+from harness.runner import RunOptions, run_case, workload_step
 from harness.spec import Case, Workload, workload_dict
 from harness.store import Store
 from harness.suite import load_suite
@@ -110,8 +110,8 @@ def test_compiled_training_step_on_the_cpu_trains_and_shares_the_eager_optimizer
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
     w = Workload(batch_size=4, mode="train_step", compile="default")
     inputs = (torch.randn(4, 16),)
-    eager = build_step(model, inputs, w)
-    step = build_step(compile_model(model, "default", w.mode), inputs, w, "default", eager)
+    eager = workload_step(model, inputs, w)
+    step = workload_step(compile_model(model, "default", w.mode), inputs, w, "default", eager)
     assert step.optimizer is eager.optimizer and step.compiled
     warm_up_compiled(step, CPU, "default")
     before = snapshot(step.params)
