@@ -159,9 +159,7 @@ def _check_against(store: Store, suite: Suite, cases: list[Case], opts: RunOptio
         err.print(_spending(len(cases), max(2, opts.processes)).replace("processes each", "processes per version"))
         err.print(f"measuring {len(cases)} cases with {ref} (baseline) and this checkout (candidate), "
                   "alternating round by round")
-        pairs = interleave_versions(cases, opts, tree, processes=max(2, opts.processes), on_pair=lambda b, c: err.print(
-            f"  {c.line} {c.arch}: {b.status}/{c.status}", highlight=False))
-        runs = {}
+        sides: list[Run] = []
         for side, label in ((0, f"{suite.name}@{ref}"), (1, suite.name)):
             env = fingerprint(threads=max(c.workload.threads or 0 for c in cases) or None)
             if side == 0:
@@ -175,7 +173,7 @@ def _check_against(store: Store, suite: Suite, cases: list[Case], opts: RunOptio
             sides[1].add(c)
             err.print(f"  {c.line} {c.arch}: {b.status}/{c.status}", highlight=False)
         with sides[0], sides[1]:
-            pairs = interleave_versions(cases, opts, tree, on_pair=on_pair)
+            pairs = interleave_versions(cases, opts, tree, processes=max(2, opts.processes), on_pair=on_pair)
         runs = {0: sides[0].record(), 1: sides[1].record()}
         base_records, cand_records = [p[0] for p in pairs], [p[1] for p in pairs]
         for b in base_records:
