@@ -95,3 +95,9 @@ def test_c28_frontier_figures_are_unavailable_without_a_model():
     ev = convnext(_ctx([_case("convnext-tiny", 60.0, 4.46e9, rng), _case("vit-b16", 120.0, 17.56e9, rng)]))  # type: ignore[arg-type]
     for f in FRONTIER_FIGURES:
         assert f not in ev.figures and "resnet50" in ev.unavailable[f]
+
+
+def test_a_yes_no_interval_is_written_without_brackets():
+    assert Figure(True, True, True).text() == "yes"
+    assert Figure(True, False, True).text() == "yes (at the interval's ends: no, yes)"
+    assert Figure(1.5, 1.0, 2.0).text() == "1.5 [1, 2]"
