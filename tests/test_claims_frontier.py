@@ -101,3 +101,20 @@ def test_a_yes_no_interval_is_written_without_brackets():
     assert Figure(True, True, True).text() == "yes"
     assert Figure(True, False, True).text() == "yes (at the interval's ends: no, yes)"
     assert Figure(1.5, 1.0, 2.0).text() == "1.5 [1, 2]"
+
+
+def test_c27_efficient_cnns_on_the_latency_frontier():
+    from claims.probes.vision import edge
+    rng = random.Random(2)
+    fast = [_case("mobilenet-v3-large", 10.0, 0.22e9, rng), _case("efficientnet-b0", 20.0, 0.39e9, rng),
+            _case("resnet50", 40.0, 4.09e9, rng), _case("convnext-tiny", 60.0, 4.46e9, rng),
+            _case("vit-b16", 120.0, 17.56e9, rng), _case("swin-t", 70.0, 4.5e9, rng)]
+    f = edge(_ctx(fast)).figures["efficient_cnns_on_frontier_latency"]     # type: ignore[arg-type]
+    assert check(IS_TRUE, f).status == "pass" and "QUOTED" in f.note
+    # EfficientNet-B0 slower than ResNet-50 (quoted 77.7 % > 76.1 %) stays on it; slower than ConvNeXt-T
+    # (82.5 %) it is dominated
+    slow = fast[:1] + [_case("efficientnet-b0", 90.0, 0.39e9, rng)] + fast[2:]
+    f = edge(_ctx(slow)).figures["efficient_cnns_on_frontier_latency"]     # type: ignore[arg-type]
+    assert check(IS_TRUE, f).status == "fail"
+    ev = edge(_ctx(fast[:2]))                                                 # type: ignore[arg-type]
+    assert "efficient_cnns_on_frontier_latency" in ev.unavailable

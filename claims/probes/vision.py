@@ -259,8 +259,33 @@ def _window_formula() -> Figure:
     return Figure(worst, unit="rel. diff", note="max over M=4,7,8,14 at 56×56, C=96")
 
 
+EFFICIENT_CNNS = ("mobilenet-v3-large", "efficientnet-b0")
+
+
+def efficient_cnns_on_frontier(by: dict[str, Any]) -> Figure | None:
+    """C27's frontier reading: whether both efficient CNNs are on the frontier of quoted top-1 (torchvision
+    metadata) against measured batch-1 latency, among the vit_vs_cnn models that have torchvision weights — each
+    read at the ends of the latency ratios' intervals (:func:`read_frontier`). None when a model is missing."""
+    models = [a for a in TORCHVISION_WEIGHTS if a in by]
+    if any(a not in by for a in EFFICIENT_CNNS) or len(models) < 3:
+        return None
+    top1 = {a: published(a)["acc1"] for a in models}
+    reads = []
+    for subject in EFFICIENT_CNNS:
+        lat = {a: Figure(1.0) if a == subject else median_ratio(by[a], by[subject]) for a in models}
+        if any(f.value != f.value for f in lat.values()):
+            return None
+        reads.append(read_frontier(subject, next(a for a in models if a != subject), top1, lat)[0])
+    quoted = ", ".join(f"{a} {top1[a]:g} %" for a in models)
+    return Figure(all(f.value for f in reads), all(f.lo for f in reads), all(f.hi for f in reads),  # type: ignore[arg-type]
+                  busy=next((f.busy for f in reads if f.busy), ""),
+                  note=f"top-1 QUOTED, not measured here (torchvision weight metadata): {quoted}; batch-1 latency "
+                       "measured side by side, read at the ends of each ratio's 95% interval; "
+                       + "; ".join(f"{a}: {f.text()}" for a, f in zip(EFFICIENT_CNNS, reads)))
+
+
 @probe("edge", figures=("vit_params_m", "mobilenet_params_m", "effnet_params_m", "mobilenet_latency_ms",
-                        "effnet_latency_ms", "vit_latency_ms"))
+                        "effnet_latency_ms", "vit_latency_ms", "efficient_cnns_on_frontier_latency"))
 def edge(ctx: Context) -> Evidence:
     ev, by = _batch1(ctx)
     for key, arch in (("vit", "vit-b16"), ("mobilenet", "mobilenet-v3-large"), ("effnet", "efficientnet-b0")):
@@ -271,6 +296,12 @@ def edge(ctx: Context) -> Evidence:
             threads = r.metric("threads")
             ev.figures[f"{key}_latency_ms"] = Figure(m["median_ms"], m.get("ci_low_ms"), m.get("ci_high_ms"), "ms",
                                                      f"{arch}, batch 1" + (f", {threads:g} CPU threads" if threads else ""))
+    front = efficient_cnns_on_frontier(by)
+    if front is not None:
+        ev.figures["efficient_cnns_on_frontier_latency"] = front
+    else:
+        ev.unavailable["efficient_cnns_on_frontier_latency"] = ("the vit_vs_cnn run lacks a timed batch-1 case of "
+                                                                "an efficient CNN or of the models beside them")
     _mark_missing(ev, PROBES["edge"][1], by, ("vit-b16", "mobilenet-v3-large", "efficientnet-b0"))
     ev.chart = _vision_chart(by)
     return ev
