@@ -41,6 +41,12 @@ class Figure:
             if x == 0 or 1e-3 <= abs(x) < 1e5:
                 return f"{x:,.3g}" if abs(x) < 100 else f"{x:,.0f}"
             return f"{x:.3g}"
+        if isinstance(self.value, bool) and self.has_interval:
+            # a yes/no read at both ends of an interval (no "[...]": a terminal's markup would eat "[yes, no]")
+            ends = (bool(self.lo), bool(self.hi))
+            body = f(self.value) + ("" if ends == (self.value, self.value)
+                                    else f" (at the interval's ends: {f(ends[0])}, {f(ends[1])})")
+            return body + (f" {self.unit}" if self.unit else "")
         body = f(self.value) + (f" [{f(self.lo)}, {f(self.hi)}]" if self.has_interval else "")
         return body + (f" {self.unit}" if self.unit else "")
 

@@ -23,7 +23,12 @@ def check(rule: Rule, fig: Figure, force: bool = False) -> Outcome:
         return Outcome(rule, "unsure", f"{rule.figure} {fig.text()}: {fig.busy} — not decided (--force decides it)",
                        fig)
     if rule.test == "is_true":
-        ok = bool(fig.value)
+        # a yes/no read at both ends of an interval (e.g. dominance with each latency at either end of its 95%
+        # interval): yes at both passes, no at both fails, yes at one end only is undecided
+        if fig.has_interval and bool(fig.lo) != bool(fig.hi):
+            return Outcome(rule, "unsure", f"{rule.figure} {fig.text()}: interval straddles (true at one end only)",
+                           fig)
+        ok = bool(fig.lo) if fig.has_interval else bool(fig.value)
         return Outcome(rule, "pass" if ok else "fail", f"{rule.figure} is {'true' if ok else 'false'}", fig)
     lo, hi = fig.bounds()
     if rule.test == "equals":

@@ -2,18 +2,19 @@
 
 Accuracy is a **quoted** figure (``quoted_top1``, published with the model's weights; its source is in the
 case's note, :mod:`harness.quoted`), never a measurement of this harness; the cost is measured here: median
-latency, counted MACs, throughput. :func:`pareto` is the pure computation — a model is *dominated* when another
-is at least as accurate and at least as cheap, and strictly better in one; the frontier is the rest.
+latency, counted MACs, throughput. :func:`pareto` is the pure computation (in :mod:`reports.pareto`, which the
+claims may import; re-exported here) — a model is *dominated* when another is at least as accurate and at least
+as cheap, and strictly better in one; the frontier is the rest.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from matplotlib.figure import Figure
 
 from harness.quoted import sources
 from harness.records import CaseRecord
+from reports.pareto import Frontier, Point, dominates, pareto  # noqa: F401  (re-exported: the pure part)
 from reports.plots import tex_safe
 
 TOP1 = "quoted_top1"
@@ -22,44 +23,6 @@ COSTS: dict[str, tuple[str, bool, str]] = {      # metric -> (axis label, lower 
     "macs": ("GMACs, counted", True, "more MACs"),
     "throughput_per_s": ("throughput (images/s), measured", False, "lower throughput"),
 }
-
-
-@dataclass(frozen=True)
-class Point:
-    """One model: its name, accuracy (higher is better) and cost."""
-
-    name: str
-    accuracy: float
-    cost: float
-
-
-@dataclass(frozen=True)
-class Frontier:
-    """The Pareto frontier (sorted by cost, best first) and each dominated model with the model named as
-    dominating it (the most accurate model that dominates it; ties: the cheaper)."""
-
-    front: tuple[Point, ...]
-    dominated: dict[str, Point] = field(default_factory=dict)
-
-
-def dominates(a: Point, b: Point, lower_is_better: bool = True) -> bool:
-    """Whether ``a`` is at least as accurate and at least as cheap as ``b``, and strictly better in one."""
-    cheaper_or_same = a.cost <= b.cost if lower_is_better else a.cost >= b.cost
-    strictly = a.accuracy > b.accuracy or (a.cost < b.cost if lower_is_better else a.cost > b.cost)
-    return a.accuracy >= b.accuracy and cheaper_or_same and strictly
-
-
-def pareto(points: Sequence[Point], lower_is_better: bool = True) -> Frontier:
-    """The frontier of ``points`` (O(n²): a zoo has tens of models). Points with equal accuracy and cost do not
-    dominate each other: both stay on the frontier."""
-    dominated: dict[str, Point] = {}
-    for p in points:
-        better = [q for q in points if q is not p and dominates(q, p, lower_is_better)]
-        if better:
-            dominated[p.name] = max(better, key=lambda q: (q.accuracy, -q.cost if lower_is_better else q.cost))
-    front = sorted((p for p in points if p.name not in dominated), key=lambda p: p.cost,
-                   reverse=not lower_is_better)
-    return Frontier(tuple(front), dominated)
 
 
 def _label(r: CaseRecord) -> str:

@@ -16,6 +16,7 @@ from claims.probes import PROBES, exponent, local_slope, median_ratio, probe, se
 from harness.flops import count_model
 from harness.registry import get, resolve
 from reports.frames import peak_flops, rates
+from reports.pareto import Point, dominates, pareto
 
 TORCHVISION_WEIGHTS = {"resnet50": "ResNet50_Weights.IMAGENET1K_V1",
                        "efficientnet-b0": "EfficientNet_B0_Weights.IMAGENET1K_V1",
@@ -258,8 +259,33 @@ def _window_formula() -> Figure:
     return Figure(worst, unit="rel. diff", note="max over M=4,7,8,14 at 56×56, C=96")
 
 
+EFFICIENT_CNNS = ("mobilenet-v3-large", "efficientnet-b0")
+
+
+def efficient_cnns_on_frontier(by: dict[str, Any]) -> Figure | None:
+    """C27's frontier reading: whether both efficient CNNs are on the frontier of quoted top-1 (torchvision
+    metadata) against measured batch-1 latency, among the vit_vs_cnn models that have torchvision weights — each
+    read at the ends of the latency ratios' intervals (:func:`read_frontier`). None when a model is missing."""
+    models = [a for a in TORCHVISION_WEIGHTS if a in by]
+    if any(a not in by for a in EFFICIENT_CNNS) or len(models) < 3:
+        return None
+    top1 = {a: published(a)["acc1"] for a in models}
+    reads = []
+    for subject in EFFICIENT_CNNS:
+        lat = {a: Figure(1.0) if a == subject else median_ratio(by[a], by[subject]) for a in models}
+        if any(f.value != f.value for f in lat.values()):
+            return None
+        reads.append(read_frontier(subject, next(a for a in models if a != subject), top1, lat)[0])
+    quoted = ", ".join(f"{a} {top1[a]:g} %" for a in models)
+    return Figure(all(f.value for f in reads), all(f.lo for f in reads), all(f.hi for f in reads),  # type: ignore[arg-type]
+                  busy=next((f.busy for f in reads if f.busy), ""),
+                  note=f"top-1 QUOTED, not measured here (torchvision weight metadata): {quoted}; batch-1 latency "
+                       "measured side by side, read at the ends of each ratio's 95% interval; "
+                       + "; ".join(f"{a}: {f.text()}" for a, f in zip(EFFICIENT_CNNS, reads)))
+
+
 @probe("edge", figures=("vit_params_m", "mobilenet_params_m", "effnet_params_m", "mobilenet_latency_ms",
-                        "effnet_latency_ms", "vit_latency_ms"))
+                        "effnet_latency_ms", "vit_latency_ms", "efficient_cnns_on_frontier_latency"))
 def edge(ctx: Context) -> Evidence:
     ev, by = _batch1(ctx)
     for key, arch in (("vit", "vit-b16"), ("mobilenet", "mobilenet-v3-large"), ("effnet", "efficientnet-b0")):
@@ -270,6 +296,12 @@ def edge(ctx: Context) -> Evidence:
             threads = r.metric("threads")
             ev.figures[f"{key}_latency_ms"] = Figure(m["median_ms"], m.get("ci_low_ms"), m.get("ci_high_ms"), "ms",
                                                      f"{arch}, batch 1" + (f", {threads:g} CPU threads" if threads else ""))
+    front = efficient_cnns_on_frontier(by)
+    if front is not None:
+        ev.figures["efficient_cnns_on_frontier_latency"] = front
+    else:
+        ev.unavailable["efficient_cnns_on_frontier_latency"] = ("the vit_vs_cnn run lacks a timed batch-1 case of "
+                                                                "an efficient CNN or of the models beside them")
     _mark_missing(ev, PROBES["edge"][1], by, ("vit-b16", "mobilenet-v3-large", "efficientnet-b0"))
     ev.chart = _vision_chart(by)
     return ev
@@ -281,11 +313,92 @@ PUBLISHED_TOP1 = {"convnext-tiny": (82.1, "Liu et al. 2022 (ConvNeXt), Table 1: 
                   "vit-s16": (79.8, "Touvron et al. 2021 (DeiT), DeiT-S 79.8 %, 4.6 GFLOPs")}
 
 
+# The models C28 names on the accuracy-vs-cost frontier (reports.pareto): ConvNeXt-T against ViT-B/16, with
+# ResNet-50 (the CNN ConvNeXt modernises) beside them. Their top-1 is QUOTED: torchvision's weight metadata.
+FRONTIER_MODELS = {"convnext-tiny": "ConvNeXt-T", "vit-b16": "ViT-B/16", "resnet50": "ResNet-50"}
+FRONTIER_FIGURES = ("convnext_on_frontier_macs", "convnext_dominates_vit_macs", "convnext_on_frontier_latency",
+                    "convnext_dominates_vit_latency")
+
+
+def read_frontier(subject: str, rival: str, top1: dict[str, float], cost: dict[str, Figure]
+                  ) -> tuple[Figure, Figure]:
+    """Whether ``subject`` is on the Pareto frontier of the models of ``top1`` (accuracy against ``cost``, lower
+    is better), and whether it dominates ``rival``: yes/no figures, each read three times — every cost at its
+    value; at the end of its 95% interval least favourable to ``subject`` (its own cost at ``hi``, the others' at
+    ``lo``: the figure's ``lo``); and most favourable (the figure's ``hi``). A cost without an interval is the
+    same in all three, so a counted cost gives a plain yes/no; a timing whose intervals overlap gives
+    "yes [no, yes]", which a rule reads as undecided. A cost flagged busy makes both figures busy."""
+    def points(end: str) -> list[Point]:
+        def at(a: str) -> float:
+            f = cost[a]
+            if end == "value" or not f.has_interval:
+                return f.value
+            worse = (end == "lo") == (a == subject)          # the end that hurts the subject in this reading
+            return f.hi if worse else f.lo                    # type: ignore[return-value]
+        return [Point(a, top1[a], at(a)) for a in top1]
+
+    reads = {end: points(end) for end in ("lo", "value", "hi")}
+    on = {end: subject in {p.name for p in pareto(pts).front} for end, pts in reads.items()}
+    dom = {end: dominates(*(next(p for p in pts if p.name == n) for n in (subject, rival)))
+           for end, pts in reads.items()}
+    busy = next((f.busy for f in cost.values() if f.busy), "")
+    return (Figure(on["value"], on["lo"], on["hi"], busy=busy),          # type: ignore[arg-type]
+            Figure(dom["value"], dom["lo"], dom["hi"], busy=busy))       # type: ignore[arg-type]
+
+
+def _frontier_figures(ev: Evidence, by: dict[str, Any]) -> None:
+    """C28's frontier figures on the vit_vs_cnn run's batch-1 rows: quoted top-1 against counted MACs and
+    against measured latency (each model over ConvNeXt-T, timed side by side)."""
+    top1 = {a: published(a)["acc1"] for a in FRONTIER_MODELS}
+    quoted = ("top-1 QUOTED, not measured here (torchvision weight metadata, ImageNet-1k): "
+              + ", ".join(f"{n} {top1[a]:g} %" for a, n in FRONTIER_MODELS.items()))
+    gone = [a for a in FRONTIER_MODELS if a not in by]
+    if gone:
+        for f in FRONTIER_FIGURES:
+            ev.unavailable[f] = f"the vit_vs_cnn run has no ok batch-1 case of {', '.join(gone)}"
+        return
+
+    def frontier_note(cost: dict[str, float]) -> str:
+        f = pareto([Point(FRONTIER_MODELS[a], top1[a], c) for a, c in cost.items()])
+        dom = "; ".join(f"{k} dominated by {v.name}" for k, v in f.dominated.items()) or "none dominated"
+        return f"frontier (at the values): {', '.join(p.name for p in f.front)}; {dom}"
+
+    macs = {a: by[a].metric("macs") for a in FRONTIER_MODELS}
+    if all(macs.values()):
+        on, dom = read_frontier("convnext-tiny", "vit-b16", top1,
+                                {a: Figure(m) for a, m in macs.items()})    # type: ignore[arg-type]
+        note = (f"{quoted}; MACs counted: " + ", ".join(f"{FRONTIER_MODELS[a]} {m / 1e9:.2f} G"  # type: ignore[operator]
+                                                      for a, m in macs.items()) + "; " + frontier_note(macs))  # type: ignore[arg-type]
+        ev.figures["convnext_on_frontier_macs"] = replace(on, note=note)
+        ev.figures["convnext_dominates_vit_macs"] = replace(dom, note=note)
+    else:
+        for f in FRONTIER_FIGURES[:2]:
+            ev.unavailable[f] = "the vit_vs_cnn run has no counted MACs for " + ", ".join(
+                a for a, m in macs.items() if not m)
+    cn = by["convnext-tiny"]
+    lat = {"convnext-tiny": Figure(1.0), **{a: median_ratio(by[a], cn, f"batch-1 latency, {a} / ConvNeXt-T")
+                                            for a in FRONTIER_MODELS if a != "convnext-tiny"}}
+    bad = [a for a, f in lat.items() if f.value != f.value]
+    if bad:
+        for f in FRONTIER_FIGURES[2:]:
+            ev.unavailable[f] = f"no latency ratio to ConvNeXt-T for {', '.join(bad)}"
+        return
+    on, dom = read_frontier("convnext-tiny", "vit-b16", top1, lat)
+    note = (f"{quoted}; batch-1 latency measured on this machine, each over ConvNeXt-T's: "
+            + ", ".join(f"{FRONTIER_MODELS[a]} {f.text()}" for a, f in lat.items() if a != "convnext-tiny")
+            + f" ({lat['vit-b16'].note}); the interval reads the frontier with each ratio at either end of its "
+              "95% interval; " + frontier_note({a: f.value for a, f in lat.items()}))
+    ev.figures["convnext_on_frontier_latency"] = replace(on, note=note)
+    ev.figures["convnext_dominates_vit_latency"] = replace(dom, note=note)
+
+
 @probe("convnext", figures=("acc_gap_convnext_vit_s", "macs_ratio_convnext_vit_s", "latency_ratio_convnext_vit_s",
-                            "acc_gap_convnext_vit", "macs_ratio_convnext_vit", "latency_ratio_convnext_vit"))
+                            "acc_gap_convnext_vit", "macs_ratio_convnext_vit", "latency_ratio_convnext_vit",
+                            *FRONTIER_FIGURES))
 def convnext(ctx: Context) -> Evidence:
     """ConvNeXt-T against the ViT of the same MACs (ViT-S/16, DeiT-S's shape): published accuracy, counted
-    MACs, measured batch-1 latency; ViT-B/16 (4× the MACs) beside it as context."""
+    MACs, measured batch-1 latency; ViT-B/16 (4× the MACs) beside it as context; and the accuracy-vs-cost
+    frontier of ConvNeXt-T, ViT-B/16 and ResNet-50 (quoted top-1 against counted MACs and measured latency)."""
     ev, by = _batch1(ctx)
     cn = by.get("convnext-tiny")
     (c_acc, c_src), (s_acc, s_src) = PUBLISHED_TOP1["convnext-tiny"], PUBLISHED_TOP1["vit-s16"]
@@ -303,6 +416,7 @@ def convnext(ctx: Context) -> Evidence:
         else:
             ev.unavailable[f"macs_ratio_convnext_vit{tag}"] = f"the vit_vs_cnn run has no counted MACs for {arch}"
         ev.figures[f"latency_ratio_convnext_vit{tag}"] = median_ratio(cn, vt, f"batch-1 latency, ConvNeXt-T / {arch}")
+    _frontier_figures(ev, by)
     ev.chart = Chart("published ImageNet top-1 vs counted GMACs", "", "top-1 %",
                      {**{a: [(a, published(a)["acc1"], None, None)] for a in TORCHVISION_WEIGHTS},
                       "vit-s16 (DeiT-S, paper)": [("vit-s16", s_acc, None, None)]}, kind="bar")
