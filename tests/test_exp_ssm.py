@@ -11,12 +11,14 @@ import torch
 
 from claims.catalog import load_catalog
 from claims.experiments import recall, ssm_lm
+from claims.probes import generation
 from claims.probes import ssm as probe
 from claims.model import Evidence
 from claims.verdicts import decide
 from harness import registry
 from harness.flops import count_params
 from harness.records import CaseRecord
+from tests.test_claims_generation import _records as generation_records
 
 
 # -- the recall task -------------------------------------------------------------------------------
@@ -205,6 +207,7 @@ def test_c40_unmeasured_rules_are_never_supported():
     v = decide(claim, Evidence(figures=figs))
     assert v.verdict == "partly supported" and "not tested" in v.reason
     full = {**probe.long_figures(probe.long_lines(_suite(1.0))),
-            **probe.decode_figures(*probe.decode_lines(_suite(1.0), _suite(1.0)))}
+            **probe.decode_figures(*probe.decode_lines(_suite(1.0), _suite(1.0))),
+            **generation.ssm_figures(generation_records())}          # a real generation's state bytes and TPOT
     assert decide(claim, Evidence(figures=full)).verdict == "supported"
     assert decide(claim, Evidence(figures={})).verdict == "inconclusive"

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure, mean_ci
+from claims.probes import generation as gen
 from claims.probes import exponent, local_slope, mean_chart, median_ratio, probe, select, series
 from harness.records import CaseRecord
 
@@ -20,7 +21,7 @@ SSM_VARIANTS = ("s4d", "mamba")
 LONG_FIGURES = (tuple(f"{m}_exp_{k}" for k in (*EXACT, *SSM_ARCHS) for m in ("latency", "memory"))
                 + tuple(f"macs_exp_{k}" for k in ("exact", *SSM_ARCHS))
                 + ("latency_saving_vs_sdpa", "memory_saving_vs_sdpa", "decode_exp_ssm", "decode_exp_attention",
-                   "decode_speedup", "state_bytes_exp", "kv_bytes_exp"))
+                   "decode_speedup", "state_bytes_exp", "kv_bytes_exp", *gen.SSM_FIGURES))
 RECALL_FIGURES = (("recall_acc_attention",) + tuple(f"recall_acc_{k}" for k in SSM_VARIANTS)
                   + tuple(f"recall_gap_{k}" for k in SSM_VARIANTS)
                   + tuple(f"recall_gap_growth_{k}" for k in SSM_VARIANTS)
@@ -110,6 +111,7 @@ def ssm_long(ctx: Context) -> Evidence:
         kv_run, attn_rows = ctx.suite(DECODE_SUITE)
         ev.sources.append(kv_run.id)
     ev.figures.update(decode_figures(*decode_lines(rows, attn_rows)))
+    ev.figures.update(gen.ssm_figures(gen.rows(ctx, ev)))          # a real generation: state bytes, TPOT vs context
     ev.chart = Chart("SSMs vs exact attention: forward latency vs n", "sequence length n", "ms",
                      series([r for line in long_lines(rows).values() for r in line], "seq_len", "median_ms"),
                      x_log=True, y_log=True)

@@ -13,6 +13,7 @@ from architectures.transformer_cost import kv_cache_bytes
 from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure, mean_ci
 from claims.probes import mean_chart, median_ratio, probe, select, series, timed_ratio
+from claims.probes import generation as gen
 from claims.probes.blocks import NAMED
 from harness.records import CaseRecord
 from harness.registry import resolve
@@ -142,16 +143,22 @@ def _quality(ctx: Context, ev: Evidence, variant: str) -> None:
 
 
 KV_FIGURES = ("kv_ratio", "kv_formula_matches_cache", "decode_latency_ratio", "speedup_starts_at",
-              "decode_latency_ratio_fewer_params", "rel_loss_increase", "rel_accuracy_drop")
+              "decode_latency_ratio_fewer_params", "rel_loss_increase", "rel_accuracy_drop", *gen.MQA_FIGURES)
 
 
 def _kv_variant(ctx: Context, n_heads: int, kv: int, suite_kv: int, variant: str) -> Evidence:
     """Real cache bytes of ``kv`` of ``n_heads`` KV heads vs MHA (and the formula against them), decode
-    latency of ``suite_kv`` KV heads vs MHA in the kv_cache suite, and the small-LM quality of ``variant``."""
+    latency of ``suite_kv`` KV heads vs MHA in the kv_cache suite, the small-LM quality of ``variant``, and the
+    generation figures of ``suite_kv`` KV heads vs MHA (:mod:`claims.probes.generation`: cache bytes and TPOT of
+    a real greedy generation)."""
     ev = Evidence()
     ev.figures.update(kv_figures(n_heads, kv))
     _decode(ctx, ev, suite_kv)
     _quality(ctx, ev, variant)
+    ev.figures.update(gen.mqa_figures(gen.rows(ctx, ev), suite_kv))
+    if "gen_tpot_ratio" not in ev.figures:
+        ev.unavailable["gen_tpot_ratio"] = (f"the claims' generation suite has no prefill twin of the {suite_kv}-K/V-"
+                                            "head line (its decode time is not separable)")
     return ev
 
 
@@ -369,7 +376,7 @@ def batch_gain(rows: Sequence[CaseRecord]) -> Figure:
 
 
 @probe("sequential", figures=("decode_over_prefill", "decode_over_prefill_exp", "no_cache_over_cache",
-                              "batch_throughput_gain"))
+                              "batch_throughput_gain", *gen.SEQ_FIGURES))
 def sequential(ctx: Context) -> Evidence:
     """Generation timed for real (the kv_cache suite's model, decoder-small; 2 layers under --quick):
     n tokens one at a time vs one parallel forward over n; and the kv_cache suite's per-token costs."""
@@ -389,6 +396,7 @@ def sequential(ctx: Context) -> Evidence:
                                                      one(use_cache=True, batch_size=1),
                                                      f"per-token latency without / with cache, n={n}, b=1")
     ev.figures["batch_throughput_gain"] = batch_gain(rows)
+    ev.figures["gen_batch_decode_gain"] = gen.batch_gain(gen.rows(ctx, ev))
     ev.chart = Chart("per-token decode latency", "context length n", "ms",
                      series(rows, "seq_len", "median_ms"), x_log=True, y_log=True)
     return ev
