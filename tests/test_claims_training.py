@@ -104,7 +104,7 @@ def test_convnext_is_compared_with_the_vit_of_its_macs():
     ConvNeXt slower than the matched ViT fails it even when it beats ViT-B/16."""
     claim = next(c for c in load_catalog() if c.id == "C28")
     rows = [_vision_rec("convnext-tiny", 4.46e9, 30.0), _vision_rec("vit-s16", 4.6e9, 20.0),
-            _vision_rec("vit-b16", 17.6e9, 80.0)]
+            _vision_rec("vit-b16", 17.6e9, 80.0), _vision_rec("resnet50", 4.09e9, 40.0)]  # the frontier's third
     v = decide(claim, vision.convnext(_SuiteCtx(rows)))                         # type: ignore[arg-type]
     figs = v.evidence.figures
     assert figs["macs_ratio_convnext_vit_s"].value == pytest.approx(4.46 / 4.6)
