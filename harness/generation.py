@@ -7,7 +7,7 @@ A case with ``mode = "generate"``, ``prompt_len`` P and ``new_tokens`` N runs, p
    constant state), then the argmax of its last logits: the first new token;
 2. **decode**: N - 1 steps, each feeding back the token the previous one produced (B, 1) and taking the argmax.
 
-The model is reached only through a small protocol, :data:`PROTOCOL` — ``generation_state(batch, max_len)``,
+The model is reached only through a small protocol, :data:`harness.spec.GENERATION_PROTOCOL` — ``generation_state(batch, max_len)``,
 ``prefill(tokens, state) -> (B, vocab)`` and ``decode(token, state) -> (B, vocab)`` — that the decoders
 (:class:`architectures.transformer.Decoder`) and Mamba (:class:`architectures.ssm.SSMLM`) implement; the loop,
 its clock and its compilation live here. The state also says how many bytes it holds (``nbytes()``) and how
@@ -46,9 +46,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from harness.spec import GENERATION_PROTOCOL, Workload
+from harness.spec import Workload
 
-PROTOCOL: tuple[str, ...] = GENERATION_PROTOCOL       # checked by harness.spec.check_workload
 """The methods a model needs to be generated from (see the module docstring)."""
 
 
@@ -86,7 +85,7 @@ class Trace:
 class Generation:
     """A greedy generation as a zero-argument callable (the timed unit of a ``generate`` case).
 
-    ``model`` implements :data:`PROTOCOL`; ``prompt`` (B, P) token ids; ``decode`` (default: the eager
+    ``model`` implements :data:`harness.spec.GENERATION_PROTOCOL`; ``prompt`` (B, P) token ids; ``decode`` (default: the eager
     :class:`Decoding`) is the step the loop calls, e.g. its compiled form (:meth:`with_decode`). Every call
     appends its :class:`Trace` to ``traces`` and leaves the generated ids (B, N) in ``tokens``.
     """

@@ -26,7 +26,7 @@ the forward for the backward, measured (CPU: the live-tensor tracker; CUDA: the 
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
