@@ -17,6 +17,7 @@ from harness.records import CaseRecord, RunRecord
 from harness.stats import SAME_REL_TOL, paired_ratio
 from harness.stats import compare as compare_samples
 from reports.frames import sweep_axis
+from reports.labels import param_labels
 
 VERDICTS = ("faster", "slower", "same")
 
@@ -89,12 +90,14 @@ def pair_records(records_a: list[CaseRecord], records_b: list[CaseRecord], run_a
 
 
 def interleaved_rows(pairs: list[tuple[CaseRecord, CaseRecord]], measured: list[CaseRecord]) -> list[dict[str, Any]]:
-    """Per pair, B over A from a re-measurement side by side (``measured``: A's case then B's, pair by pair):
+    """Per pair, B over A from a re-measurement side by side (``measured``: A's case then B's, pair by pair;
+    ``label``: the case as :func:`reports.labels.param_labels` names it):
     the paired per-round ratio with its interval; "same" when the interval holds 1 or the ratio is within
     ``SAME_REL_TOL`` of 1."""
     rows = []
-    for (ra, rb), (ma, mb) in zip(pairs, zip(measured[::2], measured[1::2])):
-        row: dict[str, Any] = {"line": ra.line, "arch": ra.arch, "label": ra.params(), "a_status": ma.status,
+    labels = param_labels([ra for ra, _ in pairs], arch=True)
+    for (ra, rb), (ma, mb), label in zip(pairs, zip(measured[::2], measured[1::2]), labels):
+        row: dict[str, Any] = {"line": ra.line, "arch": ra.arch, "label": label, "a_status": ma.status,
                                "b_status": mb.status}
         if ma.ok and mb.ok and ma.rounds and len(ma.rounds) == len(mb.rounds) >= 2:
             pr = paired_ratio(mb.samples_s, mb.rounds, ma.samples_s, ma.rounds)

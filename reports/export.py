@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 
 from harness.records import CaseRecord, RunRecord
-from reports.check import case_params
+from reports.labels import case_params
 from reports.frames import tidy_frame, wide_frame
 
 CASE_FIELDS = ("case_key", "suite", "line", "arch", "status", "message", "config", "workload", "metrics",
@@ -131,7 +131,7 @@ def to_pytest_benchmark(run: RunRecord, records: Sequence[CaseRecord]) -> str:
     """The run in the JSON layout pytest-benchmark saves (``.benchmarks/<machine>/NNNN_name.json``): one
     benchmark per ok case with timing samples, ``name`` = ``line[param]`` where ``param`` is the case's
     label values joined by ``-`` as pytest writes parameter ids (``params``: the same values by name,
-    :func:`reports.check.case_params`), ``fullname`` = ``suite::name``, ``group`` = the suite, and ``stats``
+    :func:`reports.labels.case_params`), ``fullname`` = ``suite::name``, ``group`` = the suite, and ``stats``
     in seconds per call (one iteration per sample, so ``rounds`` is the number of samples).
 
     ``pytest-benchmark compare FILE...`` reads it, and github-action-benchmark (``tool: pytest``) takes

@@ -283,12 +283,11 @@ def interleaved_table(rows: list[dict[str, Any]], a_id: str, b_id: str) -> Table
         table.add_column(col, justify="right" if col in ("A ms", "B ms", "ratio [95% CI]", "rounds") else "left")
     style = {"faster": "green", "slower": "red", "same": "dim", "failed": "bold red"}
     for r in rows:
-        case = " ".join(f"{k}={v}" for k, v in r["label"].items() if k != "arch")
         if r["verdict"] == "failed":
-            table.add_row(r["line"], f"{r['arch']} {case}", "-", "-", r.get("message", "")[:60], "-",
+            table.add_row(r["line"], r["label"], "-", "-", r.get("message", "")[:60], "-",
                           f"[{style['failed']}]failed[/]")
             continue
-        table.add_row(r["line"], f"{r['arch']} {case}", f"{r['a_median_ms']:,.3f}", f"{r['b_median_ms']:,.3f}",
+        table.add_row(r["line"], r["label"], f"{r['a_median_ms']:,.3f}", f"{r['b_median_ms']:,.3f}",
                       f"{r['ratio']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]", str(r["rounds"]),
                       f"[{style[r['verdict']]}]{r['verdict']}[/]")
     return table

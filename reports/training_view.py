@@ -10,6 +10,7 @@ from matplotlib.figure import Figure
 
 from harness.records import CaseRecord
 from reports.frames import is_number
+from reports.labels import case_labels
 
 MiB = 1024 * 1024
 
@@ -35,10 +36,6 @@ def _fmt(v: float | None, scale: float = 1.0, fmt: str = "{:,.1f}") -> str:
     return "–" if v is None else fmt.format(v / scale)
 
 
-def case_label(r: CaseRecord) -> str:
-    return f"{r.line} · b={r.workload.get('batch_size')}"
-
-
 def memory_parts(r: CaseRecord) -> list[tuple[str, float]]:
     """The case's peak split by kind: the analytic static parts, the measured activations, and "other" (the
     measured peak less those, never below 0). Empty without a memory measurement."""
@@ -52,10 +49,11 @@ def memory_parts(r: CaseRecord) -> list[tuple[str, float]]:
 def training_rows(records: Sequence[CaseRecord]) -> list[dict[str, str]]:
     """One row per train_step case: rates, FLOPs (counted, model, 6·N·D estimate), MFU and memory by kind."""
     rows = []
-    for r in training_records(records):
+    recs = training_records(records)
+    for r, label in zip(recs, case_labels(recs, "batch_size")):
         mfu = _m(r, "mfu")
         rows.append({
-            "case": case_label(r), "params": _fmt(_m(r, "params"), 1e6),
+            "case": label, "params": _fmt(_m(r, "params"), 1e6),
             "median": _fmt(_m(r, "median_ms"), 1.0, "{:,.2f}"),
             "samples": _fmt(_m(r, "samples_per_s"), 1.0, "{:,.2f}"), "tokens": _fmt(_m(r, "tokens_per_s"), 1.0, "{:,.0f}"),
             "flops": _fmt(_m(r, "flops"), 1e9, "{:,.2f}"), "model_flops": _fmt(_m(r, "model_flops"), 1e9, "{:,.2f}"),
@@ -106,7 +104,7 @@ def memory_figure(records: Sequence[CaseRecord]) -> Figure | None:
         return None
     fig = Figure(figsize=(8, 0.9 + 0.35 * len(recs)))
     ax = fig.add_subplot()
-    labels = [case_label(r) for r in recs]
+    labels = case_labels(recs, "batch_size")
     left = [0.0] * len(recs)
     names = [label for label, _ in memory_parts(recs[0])]
     for i, name in enumerate(names):

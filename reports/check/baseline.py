@@ -1,0 +1,219 @@
+"""The baseline file: a measured run written as a JSON document (:func:`write_baseline`) and read back,
+validated, as a :class:`Baseline` (:func:`load_baseline`); bad input is one line (BenchInputError, ``--baseline``)."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.errors import BenchInputError
+from harness.process_stats import process_groups
+from harness.records import STATUSES, CaseRecord, RunRecord
+from reports.check.metrics import finite, metric_split
+from reports.check.timing import round_cv
+
+BASELINE_FORMAT = 1
+"""The version of the baseline document :func:`baseline_document` writes and :func:`load_baseline` reads."""
+
+
+@dataclass(frozen=True)
+class BaselineTiming:
+    median_ms: float
+    round_cv: float | None
+    samples_s: tuple[float, ...]
+    rounds: tuple[int, ...]
+    n_processes: int = 1            # worker processes; their rounds consecutive (a file before issue 25: 1)
+
+
+@dataclass(frozen=True)
+class BaselineCase:
+    case_key: str
+    line: str
+    arch: str
+    status: str
+    workload: Mapping[str, Any] = field(default_factory=dict)
+    config: Mapping[str, Any] = field(default_factory=dict)
+    deterministic: Mapping[str, float] = field(default_factory=dict)
+    tolerant: Mapping[str, float] = field(default_factory=dict)
+    timing: BaselineTiming | None = None
+
+    def record(self, suite: str = "") -> CaseRecord:
+        """The case as a :class:`CaseRecord` (its metrics: the stored deterministic and tolerant ones)."""
+        t = self.timing
+        return CaseRecord(case_key=self.case_key, suite=suite, line=self.line, arch=self.arch,
+                          status=self.status, config=dict(self.config), workload=dict(self.workload),
+                          metrics={**self.deterministic, **self.tolerant,
+                                   **({"n_processes": float(t.n_processes)} if t else {})},
+                          samples_s=t.samples_s if t else (), rounds=t.rounds if t else ())
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A loaded baseline document (see :func:`baseline_document`)."""
+
+    format: int
+    suite: str
+    quick: bool
+    created: str
+    env: Mapping[str, Any]
+    cases: tuple[BaselineCase, ...]
+    run_id: str = ""
+    commit: str = ""
+    path: str = ""
+
+    def case(self, case_key: str) -> BaselineCase | None:
+        return next((c for c in self.cases if c.case_key == case_key), None)
+
+
+def _timing_doc(r: CaseRecord) -> dict[str, Any] | None:
+    if not r.samples_s:
+        return None
+    rounds = list(r.rounds) if r.rounds and sum(r.rounds) == len(r.samples_s) else []
+    n_proc = int(r.metric("n_processes") or 1)
+    groups = process_groups(r.samples_s, rounds, n_proc)
+    doc = {"median_ms": float(np.median(r.samples_s)) * 1e3, "round_cv": round_cv(r.samples_s, rounds),
+           "samples_s": [float(s) for s in r.samples_s], "rounds": rounds}
+    if groups:                          # one process: the document stays as it was before issue 25
+        doc["n_processes"] = n_proc
+        doc["process_medians_ms"] = [float(np.median(g)) * 1e3 for g in groups]
+        doc["n_rounds"], doc["n_samples"] = len(rounds), len(r.samples_s)
+    return doc
+
+
+def baseline_document(run: RunRecord, records: Sequence[CaseRecord]) -> dict[str, Any]:
+    """The baseline of a measured run as a JSON-able dict: ``format``, ``suite``, ``quick``, ``created``, ``run_id``,
+    ``commit``, ``env`` (the run's fingerprint) and ``cases``, one per record: identity, status, workload, config,
+    the ``deterministic`` and ``tolerant`` metrics it has, and its ``timing`` (median_ms, round_cv, the raw
+    samples_s and rounds; null without samples)."""
+    cases = []
+    for r in records:
+        det, tol = metric_split(r)
+        cases.append({"case_key": r.case_key, "line": r.line, "arch": r.arch, "status": r.status,
+                      "workload": dict(r.workload), "config": dict(r.config), "deterministic": det,
+                      "tolerant": tol, "timing": _timing_doc(r)})
+    return {"format": BASELINE_FORMAT, "suite": run.suite, "quick": bool(run.quick),
+            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "run_id": run.id,
+            "commit": run.commit, "env": dict(run.env), "cases": cases}
+
+
+def write_baseline(path: str | Path, run: RunRecord, records: Sequence[CaseRecord]) -> None:
+    """Write :func:`baseline_document` to ``path`` as JSON; a path that cannot be written raises BenchInputError."""
+    text = json.dumps(baseline_document(run, records), indent=1, default=str, allow_nan=False) + "\n"
+    try:
+        Path(path).write_text(text)
+    except OSError as exc:
+        raise BenchInputError(f"cannot write {path}: {exc.strerror or exc}", where="--output") from None
+
+
+class _Invalid(Exception):
+    pass
+
+
+def _need(d: Mapping[str, Any], key: str, kind: type | tuple[type, ...], what: str) -> Any:
+    if key not in d:
+        raise _Invalid(f"{what} has no {key!r}")
+    v = d[key]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(v, kinds) or (isinstance(v, bool) and bool not in kinds):
+        raise _Invalid(f"{what}: {key!r} is not {_kind_name(kind)}")
+    return v
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    names = {str: "a string", dict: "an object", list: "a list", bool: "true/false", int: "an integer",
+             float: "a number"}
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(names.get(k, k.__name__) for k in kinds)
+
+
+def _numbers(d: Any, what: str) -> dict[str, float]:
+    if not isinstance(d, dict) or not all(isinstance(k, str) and finite(v) for k, v in d.items()):
+        raise _Invalid(f"{what} is not an object of finite numbers")
+    return {k: float(v) for k, v in d.items()}
+
+
+def _parse_case(i: int, c: Any) -> BaselineCase:
+    what = f"case #{i + 1}"
+    if not isinstance(c, dict):
+        raise _Invalid(f"{what} is not an object")
+    key = _need(c, "case_key", str, what)
+    what = f"case {key}"
+    status = _need(c, "status", str, what)
+    if status not in STATUSES:
+        raise _Invalid(f"{what}: unknown status {status!r}")
+    timing = None
+    t = c.get("timing")
+    if t is not None:
+        if not isinstance(t, dict):
+            raise _Invalid(f"{what}: 'timing' is not an object")
+        samples = t.get("samples_s")
+        if not isinstance(samples, list) or not samples or not all(finite(s) and s > 0 for s in samples):
+            raise _Invalid(f"{what}: timing 'samples_s' is not a list of positive numbers")
+        rounds = t.get("rounds") or []
+        if not isinstance(rounds, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
+                                                   for n in rounds):
+            raise _Invalid(f"{what}: timing 'rounds' is not a list of counts")
+        if rounds and sum(rounds) != len(samples):
+            raise _Invalid(f"{what}: timing rounds hold {sum(rounds)} samples, samples_s has {len(samples)}")
+        cv = t.get("round_cv")
+        n_proc = t.get("n_processes", 1)
+        if not isinstance(n_proc, int) or isinstance(n_proc, bool) or n_proc < 1:
+            raise _Invalid(f"{what}: timing 'n_processes' is not a positive count")
+        if n_proc > 1 and process_groups(samples, rounds, n_proc) is None:
+            raise _Invalid(f"{what}: timing rounds ({len(rounds)}) do not split into {n_proc} processes")
+        timing = BaselineTiming(median_ms=float(np.median(samples)) * 1e3,
+                                round_cv=float(cv) if finite(cv) else None,
+                                samples_s=tuple(float(s) for s in samples), rounds=tuple(rounds), n_processes=n_proc)
+    return BaselineCase(case_key=key, line=_need(c, "line", str, what), arch=_need(c, "arch", str, what),
+                        status=status, workload=dict(_need(c, "workload", dict, what)),
+                        config=dict(_need(c, "config", dict, what)),
+                        deterministic=_numbers(c.get("deterministic", {}), f"{what}: 'deterministic'"),
+                        tolerant=_numbers(c.get("tolerant", {}), f"{what}: 'tolerant'"), timing=timing)
+
+
+def parse_baseline(doc: Any, path: str = "") -> Baseline:
+    """A baseline from its JSON document; raises BenchInputError (``where="--baseline"``) if it is not one."""
+    name = path or "the baseline"
+    try:
+        if not isinstance(doc, dict) or "format" not in doc:
+            raise _Invalid("is not a bench baseline (a JSON object with a 'format' key; `bench baseline` writes one)")
+        if doc["format"] != BASELINE_FORMAT:
+            raise _Invalid(f"has baseline format {doc['format']!r}; this bench reads format {BASELINE_FORMAT}")
+        suite = _need(doc, "suite", str, "the document")
+        env = _need(doc, "env", dict, "the document")
+        raw = _need(doc, "cases", list, "the document")
+        cases = tuple(_parse_case(i, c) for i, c in enumerate(raw))
+        seen: set[str] = set()
+        for c in cases:
+            if c.case_key in seen:
+                raise _Invalid(f"holds case {c.case_key} twice")
+            seen.add(c.case_key)
+    except _Invalid as exc:
+        text = str(exc)
+        raise BenchInputError(f"{name} {text}" if text.startswith(("is ", "has ", "holds ")) else f"{name}: {text}",
+                              where="--baseline") from None
+    return Baseline(format=BASELINE_FORMAT, suite=suite, quick=bool(doc.get("quick", False)),
+                    created=str(doc.get("created", "")), env=env, cases=cases, run_id=str(doc.get("run_id") or ""),
+                    commit=str(doc.get("commit") or ""), path=path)
+
+
+def load_baseline(path: str | Path) -> Baseline:
+    """Read a baseline file written by :func:`write_baseline`. A missing, unreadable or invalid file raises
+    :class:`~harness.errors.BenchInputError` (``where="--baseline"``) with one line saying why."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise BenchInputError(f"cannot read {path}: {exc.strerror or exc}", where="--baseline") from None
+    except UnicodeDecodeError:
+        raise BenchInputError(f"{path} is not a bench baseline (not UTF-8 text)", where="--baseline") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BenchInputError(f"{path} is not a bench baseline (not JSON: {exc.msg} at line {exc.lineno})",
+                              where="--baseline") from None
+    return parse_baseline(doc, str(path))
