@@ -12,9 +12,11 @@ What a stored ``median_ms`` means (the median of the per-call samples, ``harness
   and stores block / k. This is what ``torch.utils.benchmark.Timer.blocked_autorange`` reports on a CPU
   (tests/test_timing.py and tests/test_timer_gpu.py compare the two).
 * **CUDA** (``cuda_event``, the default): GPU time per call in the steady state, L2 warm — CUDA events on the
-  current stream around blocks of k back-to-back calls (k so that a block lasts >= ``min_sample_s``), block / k;
-  the host queues work ahead and synchronizes once per batch of samples (``measure_cuda``) or per block
-  (``Sampler``). Where the host cannot keep the GPU fed (launch-bound work), the idle gaps between kernels lie
+  current stream around blocks of k back-to-back calls (k so that a block lasts >= ``min_sample_s``), block / k,
+  one synchronize per block (:class:`CudaClock`). One path for every device and every caller: :func:`measure`,
+  :func:`measure_interleaved` and the A/B worker all sample through :class:`Sampler`, which takes the same cold
+  call, warm-up, block size and stop rule on every device and only its clock from :data:`CLOCKS`.
+  Where the host cannot keep the GPU fed (launch-bound work), the idle gaps between kernels lie
   between the events and are counted, as in a steady stream of calls. This is what
   ``torch.utils.benchmark.Timer.blocked_autorange`` reports on a GPU (synchronized blocks of calls).
 * **CUDA with ``flush_l2``** (``bench run --flush-l2``): GPU time of ONE call with a cold L2 — before every
@@ -37,6 +39,7 @@ rounds, not only the noise within one.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import random
@@ -54,7 +57,7 @@ _CALIBRATION_STEPS = 3
 
 @dataclass(frozen=True)
 class TimingConfig:
-    """How long and how often to run a callable; see ``measure_cpu`` for the stop rule."""
+    """How long and how often to run a callable; see :func:`measure` for the stop rule."""
 
     warmup_calls: int = 3  # at least this many warm-up calls...
     warmup_s: float = 0.025  # ...and at least this long
@@ -166,162 +169,142 @@ def _block_size(per_call_s: float, config: TimingConfig) -> int:
     return max(1, math.ceil(config.min_sample_s / max(per_call_s, 1e-9)))
 
 
-def measure_cpu(fn: Callable[[], object], config: TimingConfig) -> TimingResult:
-    """Time ``fn`` with ``time.perf_counter``.
+class HostClock:
+    """The CPU's clock: ``perf_counter`` around a block of calls; nothing to synchronize."""
 
-    1. Cold: the first call is timed alone (``cold_s``).
+    name = "perf_counter"
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def context(self) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+    def sync(self) -> None:
+        pass
+
+    def block(self, fn: Callable[[], object], k: int, flush: L2Flush | None = None) -> float:
+        """Seconds per call over k back-to-back calls of ``fn``."""
+        t0 = time.perf_counter()
+        for _ in itertools.repeat(None, k):
+            fn()
+        return (time.perf_counter() - t0) / k
+
+
+class CudaClock(HostClock):
+    """A CUDA device's clock: a pair of events on the device's current stream around a block of calls, then one
+    synchronize (as ``torch.utils.benchmark``'s blocked timer on a GPU); ``flush`` runs before the start event,
+    outside the timed interval."""
+
+    name = "cuda_event"
+
+    def context(self) -> contextlib.AbstractContextManager:
+        return torch.cuda.device(self.device)
+
+    def sync(self) -> None:
+        torch.cuda.synchronize(self.device)
+
+    def block(self, fn: Callable[[], object], k: int, flush: L2Flush | None = None) -> float:
+        stream = torch.cuda.current_stream(self.device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if flush is not None:
+            flush()                           # enqueued before the start event: outside the timed interval
+        start.record(stream)
+        for _ in itertools.repeat(None, k):
+            fn()
+        end.record(stream)
+        torch.cuda.synchronize(self.device)
+        return start.elapsed_time(end) * 1e-3 / k
+
+
+CLOCKS: dict[str, type[HostClock]] = {"cpu": HostClock, "cuda": CudaClock}
+"""The one clock of each device type; every timing (:func:`measure`, :func:`measure_interleaved`, the A/B worker)
+samples through :class:`Sampler` with it."""
+
+
+def clock_for(device: torch.device | str) -> HostClock:
+    """The clock of ``device`` (:data:`CLOCKS`); ValueError for a device type with none."""
+    dev = torch.device(device)
+    if dev.type not in CLOCKS:
+        raise ValueError(f"unsupported device type for timing: {dev.type!r}")
+    return CLOCKS[dev.type](dev)
+
+
+def measure(fn: Callable[[], object], config: TimingConfig, device: torch.device | str = "cpu") -> TimingResult:
+    """Time ``fn`` on ``device`` (the same steps on every device, with its clock: :data:`CLOCKS`).
+
+    1. Cold: the first call is timed alone (``cold_s``; on CUDA between two synchronizes).
     2. Warm-up: calls until at least ``warmup_calls`` were made AND ``warmup_s`` elapsed.
     3. Block size k = ceil(min_sample_s / warm-up mean per call), at least 1. When k > 1
-       the warm-up mean is inflated by its per-call clock reads, so a block of k calls is
+       the warm-up mean is inflated by its per-call clock reads (and synchronizes), so a block of k calls is
        timed and k rescaled from it until a block lasts >= min_sample_s (at most
        _CALIBRATION_STEPS blocks, counted in ``warmup_calls``).
-    4. Samples: each sample times a block of k calls and stores block_time / k. After each
-       sample, stop when (checked in this order):
+    4. Samples: each sample times a block of k calls with the device's clock (perf_counter; CUDA events and one
+       synchronize per block) and stores block_time / k. After each sample, stop when (checked in this order):
        a. n >= 3 and total time in measure() >= max_time_s  (hard cap; n may be < min_samples);
        b. n >= min_samples and sampling time >= min_time_s and
           (sampling time >= PATIENCE * min_time_s or IQR/median < target_rel_iqr).
        IQR/median is a property of the noise, not of n, so a noisy run is only extended
        to PATIENCE * min_time_s (to ride out transients and narrow the median's CI);
        it is re-evaluated only when n has grown by ~10% since the last evaluation.
+
+    ``fn`` must enqueue its work on the current stream of ``device``. With ``config.flush_l2`` (CUDA only:
+    ValueError on a CPU) every sample is ONE call (k = 1) preceded on the stream by a write of
+    ``l2_flush_bytes(device)`` outside its events: triton do_bench's cold-L2 timing.
     """
-    if config.flush_l2:
+    clock = clock_for(device)
+    if config.flush_l2 and clock.device.type != "cuda":
         raise ValueError("flush_l2 is CUDA-only (no defensible CPU cache flush: see harness.timing)")
-    clock = time.perf_counter
-    t_start = clock()
-    prepared = Sampler(fn, config, torch.device("cpu"))        # steps 1-3
-    samples = prepared.samples
-    stop = _StopRule(config)
-    s_start = clock()
-    while True:
-        prepared.sample()
-        t1 = clock()
-        if stop.done(samples, t1 - s_start, t1 - t_start):
-            break
-    return TimingResult(
-        cold_s=prepared.cold_s,
-        samples_s=tuple(samples),
-        block_size=prepared.k,
-        warmup_calls=prepared.n_warm,
-        total_s=clock() - t_start,
-        clock="perf_counter",
-        rounds=consecutive_rounds(len(samples), config.rounds),
-    )
+    with clock.context():
+        t_start = time.perf_counter()
+        prepared = Sampler(fn, config, clock.device)        # steps 1-3
+        samples = prepared.samples
+        stop = _StopRule(config)
+        s_start = time.perf_counter()
+        while True:
+            prepared.sample()
+            t1 = time.perf_counter()
+            if stop.done(samples, t1 - s_start, t1 - t_start):
+                break
+        prepared.rounds = list(consecutive_rounds(len(samples), config.rounds))
+        return prepared.result(time.perf_counter() - t_start)
 
 
-def measure_cuda(
-    fn: Callable[[], object], config: TimingConfig, device: torch.device | str = "cuda"
-) -> TimingResult:
-    """Time ``fn`` on a CUDA device with events recorded on the current stream.
+def measure_cpu(fn: Callable[[], object], config: TimingConfig) -> TimingResult:
+    """:func:`measure` on the CPU."""
+    return measure(fn, config, "cpu")
 
-    ``fn`` must enqueue its work on the current stream of ``device``. The cold call is
-    timed by wall clock between two synchronizes. Warm-up runs in chunks (warmup_calls,
-    then doubling), each bracketed by events and ended by one synchronize, until at least
-    ``warmup_calls`` calls and ``warmup_s`` of wall time; the last chunk's event time per
-    call gives the block size k, as in ``measure_cpu``. Samples are taken in batches of
-    about min_time_s / 10 of GPU time: per sample a start/end event pair around k calls,
-    then ONE synchronize per batch, after which the samples are read and the stop rule of
-    ``measure_cpu`` is evaluated on wall-clock times.
 
-    With ``config.flush_l2`` every sample is ONE call (k = 1) between its own pair of events, preceded on the
-    stream by a write of ``l2_flush_bytes(device)`` outside the events: triton do_bench's cold-L2 timing.
-    """
+def measure_cuda(fn: Callable[[], object], config: TimingConfig, device: torch.device | str = "cuda"
+                 ) -> TimingResult:
+    """:func:`measure` on a CUDA device (ValueError for another device)."""
     dev = torch.device(device)
     if dev.type != "cuda":
         raise ValueError(f"measure_cuda needs a cuda device, got {dev}")
-    clock = time.perf_counter
-    repeat = itertools.repeat
-    event = torch.cuda.Event
-    with torch.cuda.device(dev):
-        stream = torch.cuda.current_stream(dev)
-        flush = _flusher(config, dev)
-        t_start = clock()
-        torch.cuda.synchronize(dev)
-        t0 = clock()
-        fn()
-        torch.cuda.synchronize(dev)
-        cold_s = clock() - t0
-
-        start, end = event(enable_timing=True), event(enable_timing=True)
-        n_warm, chunk, w_start = 0, max(1, config.warmup_calls), clock()
-        while True:
-            start.record(stream)
-            for _ in repeat(None, chunk):
-                fn()
-            end.record(stream)
-            torch.cuda.synchronize(dev)
-            n_warm += chunk
-            per_call_s = start.elapsed_time(end) * 1e-3 / chunk
-            if n_warm >= config.warmup_calls and clock() - w_start >= config.warmup_s:
-                break
-            chunk *= 2
-        k = _block_size(per_call_s, config)
-        batch_s = max(config.min_time_s / 10.0, 1e-3)
-        n_batch = min(1000, max(1, math.ceil(batch_s / max(k * per_call_s, 1e-9))))
-        starts = [event(enable_timing=True) for _ in range(n_batch)]
-        ends = [event(enable_timing=True) for _ in range(n_batch)]
-
-        samples: list[float] = []
-        stop = _StopRule(config)
-        s_start = clock()
-        while True:
-            for s_ev, e_ev in zip(starts, ends):
-                if flush is not None:
-                    flush()                       # enqueued before the start event: outside the timed interval
-                s_ev.record(stream)
-                for _ in repeat(None, k):
-                    fn()
-                e_ev.record(stream)
-            torch.cuda.synchronize(dev)
-            now = clock()
-            samples.extend(s.elapsed_time(e) * 1e-3 / k for s, e in zip(starts, ends))
-            if stop.done(samples, now - s_start, now - t_start):
-                break
-    return TimingResult(
-        cold_s=cold_s,
-        samples_s=tuple(samples),
-        block_size=k,
-        warmup_calls=n_warm,
-        total_s=clock() - t_start,
-        clock="cuda_event",
-        rounds=consecutive_rounds(len(samples), config.rounds),
-        l2_flush_bytes=flush.nbytes if flush is not None else 0,
-    )
-
-
-def measure(
-    fn: Callable[[], object], config: TimingConfig, device: torch.device | str = "cpu"
-) -> TimingResult:
-    """Time ``fn`` on ``device``: ``measure_cpu`` for cpu, ``measure_cuda`` for cuda (``flush_l2`` is CUDA-only:
-    ValueError on a CPU)."""
-    dev = torch.device(device)
-    if dev.type == "cpu":
-        return measure_cpu(fn, config)
-    if dev.type == "cuda":
-        return measure_cuda(fn, config, dev)
-    raise ValueError(f"unsupported device type for timing: {dev.type!r}")
+    return measure(fn, config, dev)
 
 
 class Sampler:
-    """One callable prepared for timing — cold call, warm-up and block size, as ``measure_cpu`` describes —
-    then ``sample()`` times one block of k calls (perf_counter on the CPU; CUDA events and a synchronize per
-    block on a GPU; with ``flush_l2``, k = 1 and ``flush`` — shared by callables timed side by side, else made
-    here — runs before the start event). ``measure_cpu`` and ``measure_interleaved`` both sample through it."""
+    """One callable prepared for timing — cold call, warm-up and block size, as :func:`measure` describes —
+    then ``sample()`` times one block of k calls with the device's clock (:func:`clock_for`; with ``flush_l2``,
+    k = 1 and ``flush`` — shared by callables timed side by side, else made here — runs before the start event).
+    :func:`measure`, :func:`measure_interleaved` and the A/B worker (``harness.ab_worker``) all sample through it."""
 
     def __init__(self, fn: Callable[[], object], config: TimingConfig, device: torch.device,
                  flush: L2Flush | None = None) -> None:
         self.fn, self.device, self.samples, self.rounds = fn, device, [], []
-        self.cuda = device.type == "cuda"
+        self.clock = clock_for(device)
         self.flush = (flush or _flusher(config, device)) if config.flush_l2 else None
-        self._sync()
+        self.clock.sync()
         c0 = time.perf_counter()
         fn()
-        self._sync()
+        self.clock.sync()
         self.cold_s = time.perf_counter() - c0
         self.n_warm, w_start = 0, time.perf_counter()
         while True:
             fn()
             self.n_warm += 1
-            self._sync()
+            self.clock.sync()
             elapsed = time.perf_counter() - w_start
             if self.n_warm >= config.warmup_calls and elapsed >= config.warmup_s:
                 break
@@ -333,28 +316,9 @@ class Sampler:
                 break
             self.k = _block_size(block_s, config)
 
-    def _sync(self) -> None:
-        if self.cuda:
-            torch.cuda.synchronize(self.device)
-
     def sample(self, keep: bool = True) -> float:
         """Seconds per call over one block of k calls."""
-        fn, k = self.fn, self.k
-        if self.cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            if self.flush is not None:
-                self.flush()                      # before the start event: outside the timed interval
-            start.record()
-            for _ in itertools.repeat(None, k):
-                fn()
-            end.record()
-            torch.cuda.synchronize(self.device)
-            per_call = start.elapsed_time(end) * 1e-3 / k
-        else:
-            t0 = time.perf_counter()
-            for _ in itertools.repeat(None, k):
-                fn()
-            per_call = (time.perf_counter() - t0) / k
+        per_call = self.clock.block(self.fn, self.k, self.flush)
         if keep:
             self.samples.append(per_call)
         return per_call
@@ -376,7 +340,7 @@ class Sampler:
     def result(self, total_s: float) -> TimingResult:
         return TimingResult(cold_s=self.cold_s, samples_s=tuple(self.samples), block_size=self.k,
                             warmup_calls=self.n_warm, total_s=total_s,
-                            clock="cuda_event" if self.cuda else "perf_counter", rounds=tuple(self.rounds),
+                            clock=self.clock.name, rounds=tuple(self.rounds),
                             l2_flush_bytes=self.flush.nbytes if self.flush is not None else 0)
 
 
@@ -387,7 +351,7 @@ def measure_interleaved(fns: Sequence[Callable[[], object]], config: TimingConfi
     (another job starting, clock or thermal changes) hits every side alike and a ratio of round medians
     cancels it.
 
-    1. Each callable is prepared in turn: cold call, warm-up and block size as in ``measure_cpu``.
+    1. Each callable is prepared in turn: cold call, warm-up and block size as in :func:`measure`.
     2. ``config.rounds`` rounds; in each, the callables run in a fresh random order (``random.Random(seed)``),
        each taking blocked samples until it has at least ceil(min_samples / rounds) samples AND
        min_time_s / rounds of sampling (or max_time_s / rounds has passed, with at least one sample).
@@ -399,29 +363,31 @@ def measure_interleaved(fns: Sequence[Callable[[], object]], config: TimingConfi
     the others go on. ``before[i]``, when given, runs untimed before callable i is prepared and before each of
     its rounds (e.g. its thread count: cases of one group may differ in it).
     """
-    dev = torch.device(device)
-    t_start = time.perf_counter()
-    flush = _flusher(config, dev)           # one flush buffer for all sides (ValueError on a CPU)
-    out: list[Sampler | BaseException] = []
-    setup = list(before) if before is not None else [lambda: None] * len(fns)
-    for fn, pre in zip(fns, setup):
-        try:
-            pre()
-            out.append(Sampler(fn, config, dev, flush))
-        except Exception as exc:  # noqa: BLE001 — one side's failure is its result
-            out.append(exc)
-    rng = random.Random(seed)
-    for _ in range(config.rounds):
-        order = list(range(len(out)))
-        rng.shuffle(order)
-        for i in order:
-            s = out[i]
-            if isinstance(s, BaseException):
-                continue
+    clock = clock_for(device)
+    dev = clock.device
+    with clock.context():             # CUDA: the device current, as for measure()
+        t_start = time.perf_counter()
+        flush = _flusher(config, dev)           # one flush buffer for all sides (ValueError on a CPU)
+        out: list[Sampler | BaseException] = []
+        setup = list(before) if before is not None else [lambda: None] * len(fns)
+        for fn, pre in zip(fns, setup):
             try:
-                setup[i]()
-                s.take_round(config)
-            except Exception as exc:  # noqa: BLE001
-                out[i] = exc
-    total = time.perf_counter() - t_start
-    return [s if isinstance(s, BaseException) else s.result(total) for s in out]
+                pre()
+                out.append(Sampler(fn, config, dev, flush))
+            except Exception as exc:  # noqa: BLE001 — one side's failure is its result
+                out.append(exc)
+        rng = random.Random(seed)
+        for _ in range(config.rounds):
+            order = list(range(len(out)))
+            rng.shuffle(order)
+            for i in order:
+                s = out[i]
+                if isinstance(s, BaseException):
+                    continue
+                try:
+                    setup[i]()
+                    s.take_round(config)
+                except Exception as exc:  # noqa: BLE001
+                    out[i] = exc
+        total = time.perf_counter() - t_start
+        return [s if isinstance(s, BaseException) else s.result(total) for s in out]
