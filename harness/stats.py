@@ -250,10 +250,6 @@ def compare(
 
 
 # -- rounds: intervals that cover drift between runs, not only the noise inside one ---------------------
-MIN_ROUNDS = 5
-"""A timing taken in rounds has at least this many (``TimingConfig.rounds``); fewer give no drift interval."""
-
-
 def round_medians(samples_s: Sequence[float], rounds: Sequence[int]) -> list[float]:
     """The median of each round: ``rounds`` gives how many consecutive samples of ``samples_s`` each round holds."""
     if sum(rounds) != len(samples_s):

@@ -13,8 +13,6 @@ import pandas as pd
 from harness.records import CaseRecord
 
 ID_COLUMNS = ["case_key", "suite", "line", "arch", "status", "message"]
-RATE_COLUMNS = ("achieved_flops_per_s", "executed_flops_per_s", "peak_share", "prefill_peak_share", "decode_bound_ms",
-                "bandwidth_bound_share")
 Records = Sequence[CaseRecord]
 
 

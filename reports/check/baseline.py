@@ -66,9 +66,6 @@ class Baseline:
     commit: str = ""
     path: str = ""
 
-    def case(self, case_key: str) -> BaselineCase | None:
-        return next((c for c in self.cases if c.case_key == case_key), None)
-
 
 def _timing_doc(r: CaseRecord) -> dict[str, Any] | None:
     if not r.samples_s:
