@@ -21,8 +21,10 @@ from harness.runner import RunOptions
 from harness.spec import Case
 from harness.store import Store
 from harness.suite import Suite, load_suite, parse_set
-from reports.check import (CheckReport, baseline_document, busy_note, check_run, check_table, headline, load_baseline,
-                           markdown, n_processes, parse_baseline, power_line, write_baseline)
+from reports.check.baseline import baseline_document, load_baseline, parse_baseline, write_baseline
+from reports.check.render import check_table, headline, markdown, power_line
+from reports.check.report import CheckReport, check_run
+from reports.check.timing import busy_note, n_processes
 
 
 def _measure(store: Store, suite: Suite, cases: list[Case], opts: RunOptions, executor: str, quick: bool,

@@ -15,9 +15,12 @@ from rich.console import Console
 
 from harness.errors import BenchInputError
 from harness.records import CaseRecord, RunRecord
-from reports.check import (ALPHA, BASELINE_FORMAT, MIN_EFFECT, NOISE_MULTIPLE, Baseline, MetricFinding,
-                           baseline_document, check_run, check_table, effect_floor, load_baseline, markdown,
-                           parse_baseline, timing_verdict, write_baseline)
+from reports.check.baseline import (BASELINE_FORMAT, Baseline, baseline_document, load_baseline, parse_baseline,
+                                    write_baseline)
+from reports.check.metrics import MetricFinding
+from reports.check.render import check_table, markdown
+from reports.check.report import check_run
+from reports.check.timing import ALPHA, MIN_EFFECT, NOISE_MULTIPLE, effect_floor, timing_verdict
 
 ENV = {"hard": {"cpu": "Test CPU 3000", "cores": 2, "torch": "2.5.1", "python": "3.11.9", "threads": 1},
        "soft": {"host": "ci", "commit": "a" * 40, "dirty": False}}

@@ -15,8 +15,8 @@ from harness.suite import load_suite
 
 ROOT = Path(__file__).resolve().parent.parent
 TORCH_FREE = ("harness.spec", "harness.records", "harness.errors", "harness.registry", "harness.suite",
-              "harness.stats", "harness.overhead", "reports.frames", "reports.findings", "reports.check",
-              "reports.export", "reports.terminal", "reports.html", "harness.pytest_plugin")
+              "harness.stats", "harness.overhead", "reports.frames", "reports.findings", "reports.check.report",
+              "reports.check.render", "reports.export", "reports.terminal", "reports.html", "harness.pytest_plugin")
 
 
 def test_the_contract_and_the_reports_import_without_torch():

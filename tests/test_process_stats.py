@@ -14,8 +14,10 @@ from harness.records import CaseRecord, RunRecord
 from harness.replicate import merge_processes, per_process_timing, timing_metrics
 from harness.stats import summarize
 from harness.timing import TimingConfig
-from reports.check import (ALPHA, baseline_document, check_run, headline, markdown, parse_baseline, power_line,
-                           process_timing_verdict, timing_verdict)
+from reports.check.baseline import baseline_document, parse_baseline
+from reports.check.render import headline, markdown, power_line
+from reports.check.report import check_run
+from reports.check.timing import ALPHA, process_timing_verdict, timing_verdict
 
 TRUE_S = 10e-3
 

@@ -4,17 +4,18 @@ One job a module: :mod:`~reports.check.baseline` (the baseline file, written and
 :mod:`~reports.check.timing` (the statistics of a timing verdict), :mod:`~reports.check.metrics` (which metrics
 are compared exactly or within a tolerance), :mod:`~reports.check.report` (the check: a verdict per case) and
 :mod:`~reports.check.render` (the headline, the terminal table, Markdown). Cases are named as every view names
-them (:mod:`reports.labels`). This package re-exports their public names: ``from reports.check import ...``.
+them (:mod:`reports.labels`). Import from the module that does the job (``from reports.check.report import
+check_run``); this docstring states the rules.
 
-``bench baseline SUITE -o FILE.json`` stores a measured run as a baseline document (:func:`write_baseline`);
-``bench check SUITE --baseline FILE.json`` measures again and :func:`check_run` gives every case a verdict.
+``bench baseline SUITE -o FILE.json`` stores a measured run as a baseline document (:func:`~reports.check.baseline.write_baseline`);
+``bench check SUITE --baseline FILE.json`` measures again and :func:`~reports.check.report.check_run` gives every case a verdict.
 Cases are aligned on ``case_key``.
 
 **Timing.** A timing regresses when the candidate's median is slower by more than the larger of 5 % and three
 times the between-round coefficient of variation, and a Mann–Whitney U test on the raw samples gives
 p < 0.002 (asv uses ratio > 1.1 and p < 0.002). In full, with ``ratio = median(candidate) / median(baseline)``
 and ``floor = max(MIN_EFFECT, NOISE_MULTIPLE · max(round CV of the baseline, round CV of the candidate))``
-(:func:`effect_floor`; the round CV is the standard deviation of the round medians over their mean,
+(:func:`~reports.check.timing.effect_floor`; the round CV is the standard deviation of the round medians over their mean,
 :func:`harness.stats.round_summary`, the drift a rerun sees; a side timed in fewer than two rounds has none):
 
 - ``regressed``: ratio > 1 + floor and p < ALPHA (two-sided Mann–Whitney U on the raw per-call samples);
@@ -32,7 +33,7 @@ interval (:func:`harness.process_stats.process_ratio`; per pair of processes wit
 ``1 - ALPHA`` interval lies above 1 (``improved`` mirrored; within the floor ``unchanged``; else
 ``inconclusive``). Every verdict carries its minimum detectable effect (``mde``: the slowdown caught with 80 %
 power given the spread between processes; with one process a side, the floor or the interval's reach),
-printed in the verdict cell and summed up by :func:`power_line`.
+printed in the verdict cell and summed up by :func:`~reports.check.render.power_line`.
 
 *Paired* timings (both sides measured in the same rounds, side by side, e.g. a re-measurement that interleaves
 the baseline's code with the candidate's): the ratio is the paired ratio of :func:`harness.stats.paired_ratio`
@@ -40,11 +41,11 @@ the baseline's code with the candidate's): the ratio is the paired ratio of :fun
 excludes 1, in place of the Mann–Whitney p; the floor rule is the same. The ratio's interval shown is the
 bootstrap interval of :func:`harness.stats.compare` for unpaired timings, the paired interval for paired ones.
 
-**Deterministic metrics** (:data:`DETERMINISTIC`: ``macs``, ``flops``, ``params``, ``est_peak_bytes``,
+**Deterministic metrics** (:data:`~reports.check.metrics.DETERMINISTIC`: ``macs``, ``flops``, ``params``, ``est_peak_bytes``,
 ``activation_peak_bytes``, ``peak_bytes`` and every ``analytic_*``) are compared *exactly* when the torch
 version matches; any difference is ``changed``. On CUDA cases ``peak_bytes`` and ``activation_peak_bytes``
-come from the caching allocator and get the relative tolerance :data:`CUDA_PEAK_TOLERANCE` instead.
-**Tolerant metrics** (:data:`TOLERANT`: RSS and CUDA allocator peaks) are ``changed`` when they move by more
+come from the caching allocator and get the relative tolerance :data:`~reports.check.metrics.CUDA_PEAK_TOLERANCE` instead.
+**Tolerant metrics** (:data:`~reports.check.metrics.TOLERANT`: RSS and CUDA allocator peaks) are ``changed`` when they move by more
 than their stated relative tolerance (RSS 50 %, CUDA allocator 10 %).
 
 **Environment.** The hard fingerprint keys of the baseline and the candidate
@@ -60,18 +61,3 @@ run; never gated), ``failed`` (an error now — as `bench run` exits 1 on one �
 metric moved), then the gated timing verdict ``regressed`` / ``inconclusive`` / ``improved``, else ``ok``.
 The check fails when any case is ``regressed``, ``changed``, ``failed`` or ``missing``.
 """
-from reports.check.baseline import (BASELINE_FORMAT, Baseline, BaselineCase, BaselineTiming, baseline_document,
-                                    load_baseline, parse_baseline, write_baseline)
-from reports.check.metrics import (ANALYTIC_PREFIX, CUDA_PEAK_METRICS, CUDA_PEAK_TOLERANCE, DETERMINISTIC, TOLERANT,
-                                   MetricFinding, is_deterministic, metric_findings)
-from reports.check.render import MARK, STYLE, check_table, headline, markdown, power_line
-from reports.check.report import FAILING, VERDICTS, CheckReport, CheckRow, check_run
-from reports.check.timing import (ALPHA, MIN_EFFECT, NOISE_MULTIPLE, TIMING_VERDICTS, TimingVerdict, busy_note,
-                                  effect_floor, n_processes, not_on_busy, process_timing_verdict, timing_verdict)
-
-__all__ = ["ALPHA", "ANALYTIC_PREFIX", "BASELINE_FORMAT", "CUDA_PEAK_METRICS", "CUDA_PEAK_TOLERANCE", "DETERMINISTIC",
-           "FAILING", "MARK", "MIN_EFFECT", "NOISE_MULTIPLE", "STYLE", "TIMING_VERDICTS", "TOLERANT", "VERDICTS",
-           "Baseline", "BaselineCase", "BaselineTiming", "CheckReport", "CheckRow", "MetricFinding", "TimingVerdict",
-           "baseline_document", "busy_note", "check_run", "check_table", "effect_floor", "headline",
-           "is_deterministic", "load_baseline", "markdown", "metric_findings", "n_processes", "not_on_busy",
-           "parse_baseline", "power_line", "process_timing_verdict", "timing_verdict", "write_baseline"]
