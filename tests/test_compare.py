@@ -10,7 +10,7 @@ import pytest
 
 from harness.records import CaseRecord, RunRecord
 from harness.store import Store
-from reports.compare import compare_runs, env_differences
+from reports.compare import compare_runs, env_differences, interleaved_rows
 from tests.helpers import invoke, run_tiny
 
 
@@ -108,3 +108,27 @@ def test_unknown_run_exit_2_one_line(stored):
     assert res.exit_code == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "19990101-nope" in lines[0]
+
+
+def test_interleaved_rows_name_each_case_as_every_view_does():
+    """`bench compare --interleave`'s rows carry the case's label from reports.labels (the architecture, then
+    the fields that vary within its line), and its table shows it; a failed pair keeps its label."""
+    from reports.labels import param_labels
+    from reports.terminal import interleaved_table
+    from rich.console import Console
+
+    def rec(key: str, seq_len: int, samples: tuple[float, ...], status: str = "ok") -> CaseRecord:
+        return CaseRecord(case_key=key, suite="tiny", line="MHA", arch="decoder-tiny", status=status,
+                          workload={"seq_len": seq_len, "batch_size": 1, "threads": 1},
+                          metrics={"median_ms": 1e3 * statistics.median(samples)} if samples else {},
+                          samples_s=samples, rounds=(2, 2) if samples else ())
+    a = [rec("k1", 16, (1e-3,) * 4), rec("k2", 32, (2e-3,) * 4)]
+    measured = [a[0], rec("k1", 16, (1.5e-3,) * 4), a[1], rec("k2", 32, (), status="error")]
+    rows = interleaved_rows([(r, r) for r in a], measured)
+    assert [r["label"] for r in rows] == param_labels(a, arch=True) == ["decoder-tiny · seq_len=16",
+                                                                        "decoder-tiny · seq_len=32"]
+    assert rows[0]["verdict"] == "slower" and rows[1]["verdict"] == "failed"
+    console = Console(width=200, record=True)
+    console.print(interleaved_table(rows, "A", "B"))
+    text = console.export_text()
+    assert "decoder-tiny · seq_len=16" in text and "decoder-tiny · seq_len=32" in text
