@@ -25,6 +25,7 @@ from reports.check.baseline import baseline_document, load_baseline, parse_basel
 from reports.check.render import check_table, headline, markdown, power_line
 from reports.check.report import CheckReport, check_run
 from reports.check.timing import busy_note, n_processes
+from reports.labels import case_labels
 
 
 def _measure(store: Store, suite: Suite, cases: list[Case], opts: RunOptions, executor: str, quick: bool,
@@ -81,9 +82,9 @@ def baseline_cmd(suite_ref: str, output: str, quick: bool, sets: tuple[str, ...]
     err.print(_spending(len(suite.cases), processes))
     run, records = _measure(Store(store_url), suite, list(suite.cases), opts, executor, quick, "bench baseline")
     write_baseline(output, run, records)
-    bad = [r for r in records if not r.ok]
+    bad = [f"{label} {r.status}" for r, label in zip(records, case_labels(records)) if not r.ok]
     out.print(f"wrote {output}: {len(records)} cases of {suite.name} (run {run.id})"
-              + (f"; {len(bad)} not ok: " + ", ".join(f"{r.line} {r.status}" for r in bad) if bad else ""),
+              + (f"; {len(bad)} not ok: " + ", ".join(bad) if bad else ""),
               highlight=False, soft_wrap=True)
 
 
@@ -178,9 +179,9 @@ def _check_against(store: Store, suite: Suite, cases: list[Case], opts: RunOptio
             pairs = interleave_versions(cases, opts, tree, processes=max(2, opts.processes), on_pair=on_pair)
         runs = {0: sides[0].record(), 1: sides[1].record()}
         base_records, cand_records = [p[0] for p in pairs], [p[1] for p in pairs]
-        for b in base_records:
+        for b, label in zip(base_records, case_labels(base_records)):
             if b.status in FAILED:
-                err.print(f"[yellow]warning:[/] {ref} failed {b.line} {b.arch}: {b.message.splitlines()[0][:160]} "
+                err.print(f"[yellow]warning:[/] {ref} failed {label}: {b.message.splitlines()[0][:160]} "
                           "(nothing to compare this case with)", highlight=False, soft_wrap=True)
         doc = baseline_document(runs[0], base_records)
         doc["suite"] = suite.name                    # stored as SUITE@REF, a baseline of SUITE
