@@ -381,3 +381,18 @@ def test_check_table_renders():
     text = console.export_text()
     assert "regressed" in text and "seq_len=128" in text and "ratio [95% CI]" in text
     assert text.index("seq_len=64") < text.index("seq_len=128")      # not-ok cases first
+
+
+def test_a_timing_measured_on_a_busy_machine_decides_nothing():
+    """A 30 % slowdown timed while other processes used more than half a core is inconclusive, with the note
+    (in the check and in a re-measurement); the same slowdown on a quiet machine is a regression."""
+    base = [case("k1", seed=231)]
+    slow = case("k1", seed=232, scale=1.3)
+    assert check_run(baseline(base), run(), [slow]).row("k1").verdict == "regressed"
+    busy = with_metrics(slow, load_busy=1.0, load_others_cores=1.7)
+    row = check_run(baseline(base), run(), [busy]).row("k1")
+    assert row.timing.verdict == "inconclusive" and row.verdict == "inconclusive"
+    assert any("machine busy: other processes used 1.70 cores" in n for n in row.notes)
+    report = check_run(baseline(base), run(), [slow])
+    again = report.replace_timing("k1", slow.samples_s, slow.rounds, busy="machine busy: test")
+    assert again.row("k1").timing.verdict == "inconclusive" and "machine busy: test" in again.row("k1").notes

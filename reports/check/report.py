@@ -127,8 +127,7 @@ class CheckReport:
             verdict = timing_verdict(row.base_samples, row.base_rounds, cand_samples, cand_rounds,
                                      base_processes=base_processes or row.base_processes,
                                      cand_processes=cand_processes)
-        if busy and verdict.verdict in ("regressed", "improved"):       # measured on a busy machine: decides nothing
-            verdict = dataclasses.replace(verdict, verdict="inconclusive")
+        verdict = not_on_busy(verdict, busy)
         notes = row.notes + ((busy,) if busy else ())
         new = dataclasses.replace(row, timing=verdict, remeasured=True, notes=notes)
         return dataclasses.replace(self, rows=tuple(new if r.case_key == case_key else r for r in self.rows))
@@ -141,7 +140,7 @@ def _timing_sides(base: BaselineCase, cand: CaseRecord, paired: bool = False) ->
     paired = paired and len(rounds) >= 2 and len(rounds) == len(base.timing.rounds or ())
     return not_on_busy(timing_verdict(base.timing.samples_s, base.timing.rounds, cand.samples_s, rounds,
                                       paired=paired, base_processes=base.timing.n_processes,
-                                      cand_processes=n_processes(cand)), cand)
+                                      cand_processes=n_processes(cand)), busy_note(cand))
 
 
 def check_run(baseline: Baseline, run: RunRecord, records: Sequence[CaseRecord], *,

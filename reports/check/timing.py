@@ -155,8 +155,9 @@ def busy_note(cand: CaseRecord) -> str:
     return f"machine busy: other processes used {cand.metric('load_others_cores') or 0:.2f} cores while timed"
 
 
-def not_on_busy(v: TimingVerdict | None, cand: CaseRecord) -> TimingVerdict | None:
-    """A timing measured on a busy machine decides nothing: a regression or improvement becomes inconclusive."""
-    if v is not None and busy_note(cand) and v.verdict in ("regressed", "improved"):
+def not_on_busy(v: TimingVerdict | None, busy: str) -> TimingVerdict | None:
+    """A timing measured on a busy machine (``busy``: its :func:`busy_note`) decides nothing: a regression or
+    improvement becomes inconclusive."""
+    if v is not None and busy and v.verdict in ("regressed", "improved"):
         return dataclasses.replace(v, verdict="inconclusive")
     return v
