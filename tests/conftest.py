@@ -26,6 +26,25 @@ SERIAL_MODULES = frozenset({"test_ci_gate", "test_load", "test_timing", "test_in
 parallel tests (marker ``serial``), so another test running beside them cannot pass for a busy machine."""
 
 
+def pytest_configure(config):
+    """Under pytest-xdist (``make test``'s parallel phase), each worker takes its own share of the cores.
+
+    Unpinned, every worker's torch (and every ``bench`` it starts) runs as many threads as the machine has cores,
+    so two workers on two cores oversubscribe them: an OpenMP thread descheduled mid-region stalls its peers,
+    and a small training test measured 20 times slower in wall time (and 20 times the CPU time, spent spinning).
+    Worker i of n keeps cores i, i+n, ... (one core, shared, when there are fewer cores than workers): its torch, the
+    runs it measures (threads default to the usable cores, ``harness.env.usable_cores``) and the processes it
+    starts inherit that share. A plain ``pytest`` (and the serial phase) keeps every core."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if not worker or not count or not hasattr(os, "sched_setaffinity"):
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    n, i = int(count), int(worker.removeprefix("gw"))
+    share = cores[i % n::n] if len(cores) >= n else [cores[i % len(cores)]]
+    os.sched_setaffinity(0, share)
+    torch.set_num_threads(len(share))
+
+
 def pytest_collection_modifyitems(config, items):
     skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
     for item in items:

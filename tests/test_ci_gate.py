@@ -95,16 +95,19 @@ def test_a_baseline_from_another_machine_warns_and_gates_only_deterministic_metr
     assert res.returncode == 1                                        # MACs still gate
 
 
-def test_bad_input_is_one_line_and_exit_2(gate, tmp_path):
+def test_bad_input_is_one_line_and_exit_2(gate, tmp_path, cli, monkeypatch):
+    """In this process (CliRunner): each refusal comes before anything is measured, so a `bench` process per case
+    would only add its start-up (the console script's own one-line errors are tests/test_cli.py's)."""
+    monkeypatch.chdir(ROOT)
     garbage = tmp_path / "garbage.json"
     garbage.write_text("{not json")
     for args in (("--baseline", str(garbage)), ("--baseline", str(tmp_path / "missing.json")),
                  ("--against", "no-such-ref-xyz"), ("--baseline", gate["baseline"], "--against", "HEAD"), ()):
-        res = _bench("check", gate["suite"], "--quick", "--plugin", PLUGIN, "--store", gate["store"], *args)
-        assert res.returncode == 2, (args, res.stderr)
+        res = cli("check", gate["suite"], "--quick", "--plugin", PLUGIN, "--store", gate["store"], *args)
+        assert res.exit_code == 2, (args, res.stderr)
         assert res.stderr.startswith("bench: error") and len(res.stderr.strip().splitlines()) == 1, res.stderr
-    res = _bench("check", "ci", "--quick", "--baseline", gate["baseline"], "--store", gate["store"])
-    assert res.returncode == 2 and "suite 'gate'" in res.stderr
+    res = cli("check", "ci", "--quick", "--baseline", gate["baseline"], "--store", gate["store"])
+    assert res.exit_code == 2 and "suite 'gate'" in res.stderr
 
 
 def test_check_against_a_git_ref_times_both_versions_in_this_job(gate):

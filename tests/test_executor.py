@@ -193,7 +193,8 @@ def _latest_rows(url: str) -> dict[str, dict]:
 def test_cli_exit_1_when_a_case_errors(tmp_path):
     suite = _suite(tmp_path, {"broken": "boom", "fine": "ok"})
     url = f"sqlite:///{tmp_path / 'r.sqlite'}"
-    res = _bench("run", str(suite), "--quick", "--executor", "inline", "--plugin", PLUGIN, "--store", url)
+    res = _bench("run", str(suite), "--quick", "--executor", "inline", "--plugin", PLUGIN, "--store", url,
+                 "--no-calibrate", "--no-report")
     assert res.returncode == 1, res.stderr
     rows = _latest_rows(url)
     assert rows["fine"].status == "ok" and rows["broken"].status == "error"
@@ -203,7 +204,8 @@ def test_cli_exit_1_when_a_case_errors(tmp_path):
 def test_cli_exit_0_when_cases_only_oom_or_time_out(tmp_path):
     suite = _suite(tmp_path, {"fine": "ok", "hangs": "hang", "no_memory": "memory_error"})
     url = f"sqlite:///{tmp_path / 'r.sqlite'}"
-    res = _bench("run", str(suite), "--quick", "--timeout", "2", "--plugin", PLUGIN, "--store", url)
+    res = _bench("run", str(suite), "--quick", "--timeout", "2", "--plugin", PLUGIN, "--store", url,
+                 "--no-calibrate", "--no-report")
     assert res.returncode == 0, res.stderr
     rows = _latest_rows(url)
     assert {k: r.status for k, r in rows.items()} == {"fine": "ok", "hangs": "timeout", "no_memory": "oom"}

@@ -24,7 +24,8 @@ def test_plugin_file_registers_and_runs_in_worker(cli, store_url, tmp_path):
     suite.write_text('fixed = { arch = "example-gmlp", d_model = 16, d_ff = 32, max_seq_len = 64 }\n'
                      'metrics = ["flops", "latency"]\nsweep = { seq_len = [16, 32] }\n')
     # the default executor is a spawned worker: it must import the plug-in file itself
-    ran = cli("run", str(suite), "--quick", "--store", store_url, "--plugin", str(EXAMPLE))
+    ran = cli("run", str(suite), "--quick", "--store", store_url, "--plugin", str(EXAMPLE), "--no-calibrate",
+             "--no-report")
     assert ran.exit_code == 0, ran.stderr
     exported = json.loads(cli("export", "latest", "--format", "json", "--store", store_url).stdout)
     assert [c["status"] for c in exported] == ["ok", "ok"]

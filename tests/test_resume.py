@@ -76,7 +76,7 @@ def test_kill_9_then_resume_completes_without_repeats(tmp_path):
     suite = _suite(tmp_path, builds)
     db = tmp_path / "results.sqlite"
     cmd = [*BENCH, "run", str(suite), "--quick", "--executor", "process", "--plugin", PLUGIN,
-           "--store", f"sqlite:///{db}"]
+           "--store", f"sqlite:///{db}", "--no-calibrate", "--no-report"]     # neither is what is tested here
     # 1. start a run in its own process group and kill -9 its main process once >= 2 cases are stored
     with open(tmp_path / "first.out", "w") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -158,7 +158,7 @@ def test_kill_9_mid_case_takes_a_hung_worker_down_too(tmp_path):
     suite.write_text(f'name = "hang"\nmetrics = ["latency"]\nfixed = {{ arch = "faulty", behavior = "hang", '
                      f'pid_file = "{pid_file}" }}\nsweep = {{ batch_size = [1] }}\n')
     cmd = [*BENCH, "run", str(suite), "--quick", "--timeout", "120", "--plugin", plugin,
-           "--store", f"sqlite:///{tmp_path / 'r.sqlite'}"]
+           "--store", f"sqlite:///{tmp_path / 'r.sqlite'}", "--no-calibrate", "--no-report"]
     with open(tmp_path / "out", "w") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     worker = None
