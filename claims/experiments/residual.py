@@ -35,7 +35,7 @@ class Setup:
     grad_batch: int
 
 
-QUICK = Setup(task=Task(), d_model=32, n_heads=4, deep=12, shallow=2, steps=80, batch=32, lr=3e-3, warmup=8,
+QUICK = Setup(task=Task(), d_model=32, n_heads=4, deep=12, shallow=2, steps=60, batch=32, lr=3e-3, warmup=6,
               held_out=512, grad_batch=64)
 FULL = replace(QUICK, deep=24, steps=200, warmup=20)
 
@@ -43,7 +43,7 @@ DATA = ("Synthetic copy task generated in code (8 random symbols of 16, a separa
         "second copy, context-free chance ln 16 = 2.77 nats). decoder-tiny from the registry at d_model 32, 4 heads, "
         "pre-norm, 12 blocks (QUICK; 24 FULL) and 2 blocks (control), each trained as built and with every skip "
         "connection removed (the same norms and initial weights): Adam (β 0.9, 0.98), lr 3e-3, 10 % warm-up then "
-        "cosine, 80 steps (QUICK; 200 FULL) of 32 fresh sequences, held-out loss on 512 fixed sequences; the first "
+        "cosine, 60 steps (QUICK; 200 FULL) of 32 fresh sequences, held-out loss on 512 fixed sequences; the first "
         "block's gradient norm at initialisation on one batch of 64.")
 
 VARIANTS = ("residual", "plain")
