@@ -64,6 +64,8 @@ def test_equivariance_is_exact_where_the_architecture_gives_it(direct):
     assert f["conv_shift_error"].value < 1e-6 and f["vit_nopos_shift_error"].value < 1e-5
     assert f["vit_shift_error"].value > 100 * f["vit_nopos_shift_error"].value
     assert f["conv_local_share"].value == pytest.approx(9 / 64) and f["attention_local_share"].value == 1.0
+    assert f["cnn_grid_sizes"].value == 3 and "[(8, 8), (16, 16), (32, 32)]" in f["cnn_grid_sizes"].note
+    assert f["vit_grid_sizes"].value == 1 and "[(65,)]" in f["vit_grid_sizes"].note      # 64 patches + [CLS]
     # the ViT without positions in place of the ViT: the central rule fails
     ev = Evidence(figures={**f, "vit_shift_error": f["vit_nopos_shift_error"]})
     assert decide(CLAIMS["C44"], ev).verdict == "contradicted"

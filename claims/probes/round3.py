@@ -119,8 +119,26 @@ def influence_share(fn: Callable[[Tensor], Tensor], x: Tensor, out_index: tuple,
     return float(seen.float().mean())
 
 
+def grid_sizes(arch: str, kinds: tuple[type, ...], side_of: Callable[[Tensor], tuple]) -> list[tuple]:
+    """The distinct grid sizes the outputs of ``arch``'s modules of ``kinds`` have in one forward of a
+    random image (``side_of`` reads a grid size from an output): the model's hierarchy, measured."""
+    spec = resolve(arch)
+    torch.manual_seed(0)
+    model = spec.build(spec.config).eval()
+    sizes: set[tuple] = set()
+    hooks = [mod.register_forward_hook(lambda mod, a, out: sizes.add(side_of(out)))
+             for mod in model.modules() if isinstance(mod, kinds)]
+    side = spec.config.img_size
+    with torch.no_grad():
+        model(torch.randn(1, 3, side, side))
+    for h in hooks:
+        h.remove()
+    return sorted(sizes)
+
+
 @probe("inductive_bias", figures=("vit_shift_error", "conv_shift_error", "vit_nopos_shift_error",
-                                  "conv_local_share", "attention_local_share"))
+                                  "conv_local_share", "attention_local_share", "cnn_grid_sizes",
+                                  "vit_grid_sizes"))
 def inductive_bias(ctx: Context | None) -> Evidence:
     """C44: translation (one-patch shift) equivariance of a real Conv2d stack, of a ViT with its learned
     positions and of the same ViT with them zeroed; locality as the share of an 8×8 grid one output sees
@@ -145,6 +163,13 @@ def inductive_bias(ctx: Context | None) -> Evidence:
     ev.figures["attention_local_share"] = Figure(
         influence_share(attn, torch.randn(1, g * g, d), (slice(None), g * g // 2 + g // 2), (0, 2)),
         unit="share of positions", note=f"one layer of our Attention over the same {g * g} tokens (2 heads)")
+    from architectures.layers.blocks import Block
+    cnn = grid_sizes("resnet-micro", (nn.Conv2d,), lambda out: tuple(out.shape[-2:]))
+    vit = grid_sizes("vit-micro", (Block,), lambda out: (out.shape[1],))
+    ev.figures["cnn_grid_sizes"] = Figure(float(len(cnn)), unit="grid sizes",
+                                          note=f"resnet-micro (32²): its convolutions' output maps {cnn}")
+    ev.figures["vit_grid_sizes"] = Figure(float(len(vit)), unit="grid sizes",
+                                          note=f"vit-micro (32²): tokens out of every encoder block {vit}")
     ev.notes.append("Only a one-patch shift is tested on the ViT: a shift by part of a patch changes every patch "
                     "token for any model with a stride-p patch embedding, positions or not.")
     return ev
