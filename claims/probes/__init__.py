@@ -25,7 +25,7 @@ EXACT_METRICS = ("macs", "flops", "params", "bytes_moved")   # counts: an affine
 
 ProbeFn = Callable[[Context], Evidence]
 PROBES: dict[str, tuple[ProbeFn, tuple[str, ...]]] = {}
-MODULES = ("cost", "long_sequence", "variants", "vision", "training", "blocks", "ssm", "vision_rivals")
+MODULES = ("cost", "long_sequence", "variants", "vision", "training", "blocks", "ssm", "vision_rivals", "round3")
 
 
 def probe(name: str, figures: tuple[str, ...]) -> Callable[[ProbeFn], ProbeFn]:

@@ -1,0 +1,169 @@
+"""The documents' claims that had no verdict (C43–C48, claims/probes/round3.py): each probe's figures checked
+against an outside truth (receptive-field arithmetic, window geometry, exact equivariance), each claim decided,
+and each central rule shown able to fail on a deliberately wrong model or result."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from claims.catalog import load_catalog
+from claims.experiments import residual as residual_exp
+from claims.model import Evidence, Figure
+from claims.probes import round3
+from claims.verdicts import decide
+
+CLAIMS = {c.id: c for c in load_catalog()}
+
+
+@pytest.fixture(scope="module")
+def direct() -> dict[str, Evidence]:
+    return {"inductive_bias": round3.inductive_bias(None), "swin_windows": round3.swin_windows(None),
+            "three_ways": round3.three_ways(None)}
+
+
+@pytest.mark.parametrize("cid, probe, expected", [("C44", "inductive_bias", "supported"),
+                                                  ("C45", "swin_windows", "supported"),
+                                                  ("C46", "three_ways", "supported")])
+def test_direct_claims_decided(cid, probe, expected, direct):
+    v = decide(CLAIMS[cid], direct[probe])
+    assert v.verdict == expected, v.reason
+    assert all(o.status != "unavailable" for o in v.outcomes)
+
+
+def test_receptive_fields_match_the_arithmetic(direct):
+    """The measured stack depth is the receptive-field formula: output 0 of a 'same'-padded k=3 stack sees
+    inputs 0..L, so L = n − 1 layers; one layer's middle output sees k inputs."""
+    f = direct["three_ways"].figures
+    assert f["conv1d_layers_to_see_all"].value == 63
+    assert f["conv1d_one_layer_share"].value == pytest.approx(3 / 64)
+    assert round3.conv1d_layers_to_see_all(16, k=5)[0] == 8          # (16 − 1) / 2 rounded up
+
+
+def test_a_kernel_spanning_the_sequence_fails_c46(direct):
+    """A deliberately wrong "convolution" whose kernel covers the whole sequence sees it all in one layer:
+    the central rule fails."""
+    layers, share = round3.conv1d_layers_to_see_all(32, k=65)
+    assert (layers, share) == (1, 1.0)
+    ev = Evidence(figures={**direct["three_ways"].figures, "conv1d_layers_to_see_all": Figure(float(layers))})
+    assert decide(CLAIMS["C46"], ev).verdict == "contradicted"
+
+
+def test_swin_windows_geometry_and_a_wrong_partition(direct):
+    f = direct["swin_windows"].figures
+    assert f["wmsa_windows_reached"].value == 1 and "16 tokens changed" in f["wmsa_outside_change"].note
+    assert f["pair_windows_reached"].value == 4                      # token (3, 3) borders the 4 windows' corner
+    # a first block that already shifts is not W-MSA over the regular partition: the token leaves its window
+    n, wins, outside = round3.swin_reach((2,))
+    assert wins > 1 and outside > 0
+    ev = Evidence(figures={**f, "wmsa_outside_change": Figure(outside)})
+    assert decide(CLAIMS["C45"], ev).verdict == "contradicted"
+
+
+def test_equivariance_is_exact_where_the_architecture_gives_it(direct):
+    f = direct["inductive_bias"].figures
+    assert f["conv_shift_error"].value < 1e-6 and f["vit_nopos_shift_error"].value < 1e-5
+    assert f["vit_shift_error"].value > 100 * f["vit_nopos_shift_error"].value
+    assert f["conv_local_share"].value == pytest.approx(9 / 64) and f["attention_local_share"].value == 1.0
+    assert f["cnn_grid_sizes"].value == 3 and "[(8, 8), (16, 16), (32, 32)]" in f["cnn_grid_sizes"].note
+    assert f["vit_grid_sizes"].value == 1 and "[(65,)]" in f["vit_grid_sizes"].note      # 64 patches + [CLS]
+    # the ViT without positions in place of the ViT: the central rule fails
+    ev = Evidence(figures={**f, "vit_shift_error": f["vit_nopos_shift_error"]})
+    assert decide(CLAIMS["C44"], ev).verdict == "contradicted"
+
+
+# -- C43: residual connections -------------------------------------------------------------------
+class _Ctx:
+    def __init__(self, result: dict) -> None:
+        self.result = result
+
+    def experiment(self, name: str) -> dict:
+        return self.result
+
+
+def _result(plain_deep: list[float]) -> dict:
+    cell = lambda loss, g: {"final_loss": loss, "first_grad": g}      # noqa: E731
+    return {"deep": 12, "shallow": 2, "chance_loss": 2.7726,
+            "models": {"12": {"residual": cell([2.0, 1.9, 2.1], [0.2, 0.3, 0.25]),
+                              "plain": cell(plain_deep, [0.2, 1.5, 0.3])},
+                       "2": {"residual": cell([1.5, 1.6, 1.4], [1, 1, 1]), "plain": cell([2.5, 2.6, 2.4], [1, 1, 1])}}}
+
+
+def test_residual_probe_decides_and_can_fail():
+    ev = round3.residual(_Ctx(_result([2.77, 2.775, 2.776])))        # type: ignore[arg-type]
+    assert decide(CLAIMS["C43"], ev).verdict == "supported"
+    assert ev.figures["loss_gap_plain_minus_residual"].value == pytest.approx((0.77 + 0.875 + 0.676) / 3)
+    # a plain stack that trains as well as the residual one: the claim fails
+    ev = round3.residual(_Ctx(_result([2.0, 1.9, 2.1])))             # type: ignore[arg-type]
+    assert decide(CLAIMS["C43"], ev).verdict == "contradicted"
+    # a seed that diverged (None) is left out of the interval, not counted as 0
+    ev = round3.residual(_Ctx(_result([None, 2.775, 2.776])))        # type: ignore[arg-type]
+    assert ev.figures["loss_gap_plain_minus_residual"].n == 2
+
+
+def test_no_skip_removes_exactly_the_skip():
+    """NoSkip(PreNorm) computes f(norm(x)): x + NoSkip(...) equals the PreNorm it replaced."""
+    s = residual_exp.QUICK
+    model = residual_exp.make(s, 2, "residual", 0)
+    block = model.stack.blocks[0]
+    x = torch.randn(2, 5, s.d_model)
+    skipless = residual_exp.NoSkip(block.res_mlp)
+    torch.testing.assert_close(x + skipless(x, block.mlp), block.res_mlp(x, block.mlp))
+    plain = residual_exp.make(s, 2, "plain", 0)
+    assert all(isinstance(b.res_attn, residual_exp.NoSkip) for b in plain.stack.blocks)
+
+
+def test_residual_experiment_runs_small():
+    from dataclasses import replace
+    s = replace(residual_exp.QUICK, deep=3, shallow=1, steps=3, warmup=1, held_out=16, grad_batch=8, batch=8)
+    res = residual_exp.EXPERIMENT.run(seeds=(0,), setup=s)
+    ev = round3.residual(_Ctx({**res, "data_description": residual_exp.DATA}))   # type: ignore[arg-type]
+    assert set(ev.figures) >= {"loss_gap_plain_minus_residual", "first_grad_ratio_residual_over_plain"}
+
+
+# -- C47, C48: quoted figures -----------------------------------------------------------------------
+def test_no_central_rule_rests_on_a_quoted_figure():
+    for claim in CLAIMS.values():
+        for rule in claim.rules:
+            if rule.figure.startswith("quoted_"):
+                assert not rule.central, claim.id
+                assert "(quoted)" in rule.says, (claim.id, rule.says)
+
+
+def test_vit_data_scale_quotes_and_reads_the_small_data_slope(monkeypatch):
+    from claims.probes import training
+    slope = {"value": -8.0}
+    monkeypatch.setattr(training, "small_data", lambda ctx: Evidence(
+        figures={"gap_slope": Figure(slope["value"], slope["value"] - 2, slope["value"] + 2, "points", "fit")}))
+    ev = round3.vit_data_scale(None)                                 # type: ignore[arg-type]
+    for scale in ("imagenet1k", "imagenet21k", "jft300m"):
+        assert ev.figures[f"quoted_gap_{scale}"].note.startswith("QUOTED, not measured")
+    assert ev.figures["quoted_gap_imagenet1k"].value == pytest.approx(76.53 - 81.30)
+    assert decide(CLAIMS["C47"], ev).verdict == "supported"
+    slope["value"] = 5.0                                             # the gap grows with data: measured part fails
+    assert decide(CLAIMS["C47"], round3.vit_data_scale(None)).verdict == "contradicted"   # type: ignore[arg-type]
+    monkeypatch.setattr(training, "small_data", lambda ctx: Evidence(unavailable={"gap_slope": "no run"}))
+    v = decide(CLAIMS["C47"], round3.vit_data_scale(None))           # type: ignore[arg-type]
+    assert v.verdict == "inconclusive"                               # quoted figures alone never decide it
+
+
+def test_vit_tpu_days_quoted_beside_counted_macs(monkeypatch):
+    from claims.probes import cost
+    counted = {"vit-h14": {"macs": 167.3e9, "params": 632e6}, "timm:resnetv2_152x4_bit": {"macs": 182.8e9,
+                                                                                          "params": 936e6}}
+    monkeypatch.setattr(cost, "fake_metrics", lambda arch, w: counted[arch])
+    ev = round3.vit_tpu_days(None)
+    assert ev.figures["quoted_tpu_days_ratio"].value == pytest.approx(9.9 / 2.5)
+    assert ev.figures["quoted_tpu_days_ratio"].note.startswith("QUOTED")
+    v = decide(CLAIMS["C48"], ev)
+    assert v.verdict == "partly supported" and "not tested" in v.reason      # the hardware explanation is untested
+    counted["timm:resnetv2_152x4_bit"] = {"macs": 4 * 167.3e9, "params": 936e6}   # a 4× FLOP gap: fails
+    assert decide(CLAIMS["C48"], round3.vit_tpu_days(None)).verdict == "contradicted"
+
+    def no_timm(arch, w):
+        if arch.startswith("timm:"):
+            raise ImportError("No module named 'timm'")
+        return counted[arch]
+    monkeypatch.setattr(cost, "fake_metrics", no_timm)
+    ev = round3.vit_tpu_days(None)
+    assert "timm" in ev.unavailable["macs_ratio_resnet_over_vit"]
+    assert decide(CLAIMS["C48"], ev).verdict == "inconclusive"
