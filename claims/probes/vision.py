@@ -26,6 +26,9 @@ TORCHVISION_WEIGHTS = {"resnet50": "ResNet50_Weights.IMAGENET1K_V1",
                        "swin-t": "Swin_T_Weights.IMAGENET1K_V1"}
 
 
+TOP1_SOURCE = "torchvision weight metadata, ImageNet-1k top-1 (IMAGENET1K_V1)"
+
+
 def published(arch: str) -> dict[str, Any]:
     """torchvision's metadata for ``arch`` (shipped with the package, no download): acc@1, GMACs (_ops), params."""
     meta = get_weight(TORCHVISION_WEIGHTS[arch]).meta
@@ -278,7 +281,7 @@ def efficient_cnns_on_frontier(by: dict[str, Any]) -> Figure | None:
         reads.append(read_frontier(subject, next(a for a in models if a != subject), top1, lat)[0])
     quoted = ", ".join(f"{a} {top1[a]:g} %" for a in models)
     return Figure(all(f.value for f in reads), all(f.lo for f in reads), all(f.hi for f in reads),  # type: ignore[arg-type]
-                  busy=next((f.busy for f in reads if f.busy), ""),
+                  busy=next((f.busy for f in reads if f.busy), ""), quoted=TOP1_SOURCE,
                   note=f"top-1 QUOTED, not measured here (torchvision weight metadata): {quoted}; batch-1 latency "
                        "measured side by side, read at the ends of each ratio's 95% interval; "
                        + "; ".join(f"{a}: {f.text()}" for a, f in zip(EFFICIENT_CNNS, reads)))
@@ -369,8 +372,8 @@ def _frontier_figures(ev: Evidence, by: dict[str, Any]) -> None:
                                 {a: Figure(m) for a, m in macs.items()})    # type: ignore[arg-type]
         note = (f"{quoted}; MACs counted: " + ", ".join(f"{FRONTIER_MODELS[a]} {m / 1e9:.2f} G"  # type: ignore[operator]
                                                       for a, m in macs.items()) + "; " + frontier_note(macs))  # type: ignore[arg-type]
-        ev.figures["convnext_on_frontier_macs"] = replace(on, note=note)
-        ev.figures["convnext_dominates_vit_macs"] = replace(dom, note=note)
+        ev.figures["convnext_on_frontier_macs"] = replace(on, note=note, quoted=TOP1_SOURCE)
+        ev.figures["convnext_dominates_vit_macs"] = replace(dom, note=note, quoted=TOP1_SOURCE)
     else:
         for f in FRONTIER_FIGURES[:2]:
             ev.unavailable[f] = "the vit_vs_cnn run has no counted MACs for " + ", ".join(
@@ -388,8 +391,8 @@ def _frontier_figures(ev: Evidence, by: dict[str, Any]) -> None:
             + ", ".join(f"{FRONTIER_MODELS[a]} {f.text()}" for a, f in lat.items() if a != "convnext-tiny")
             + f" ({lat['vit-b16'].note}); the interval reads the frontier with each ratio at either end of its "
               "95% interval; " + frontier_note({a: f.value for a, f in lat.items()}))
-    ev.figures["convnext_on_frontier_latency"] = replace(on, note=note)
-    ev.figures["convnext_dominates_vit_latency"] = replace(dom, note=note)
+    ev.figures["convnext_on_frontier_latency"] = replace(on, note=note, quoted=TOP1_SOURCE)
+    ev.figures["convnext_dominates_vit_latency"] = replace(dom, note=note, quoted=TOP1_SOURCE)
 
 
 @probe("convnext", figures=("acc_gap_convnext_vit_s", "macs_ratio_convnext_vit_s", "latency_ratio_convnext_vit_s",
@@ -403,10 +406,12 @@ def convnext(ctx: Context) -> Evidence:
     cn = by.get("convnext-tiny")
     (c_acc, c_src), (s_acc, s_src) = PUBLISHED_TOP1["convnext-tiny"], PUBLISHED_TOP1["vit-s16"]
     ev.figures["acc_gap_convnext_vit_s"] = Figure(c_acc - s_acc, unit="points top-1",
-                                                  note=f"published, not measured: {c_src}; {s_src}")
+                                                  note=f"published, not measured: {c_src}; {s_src}",
+                                                  quoted="Liu et al. 2022 (ConvNeXt) Table 1; Touvron et al. 2021 (DeiT)")
     c, v = published("convnext-tiny"), published("vit-b16")
     ev.figures["acc_gap_convnext_vit"] = Figure(c["acc1"] - v["acc1"], unit="points top-1",
-                                                note=f"torchvision metadata: {c['acc1']} vs {v['acc1']}")
+                                                note=f"torchvision metadata: {c['acc1']} vs {v['acc1']}",
+                                                quoted=TOP1_SOURCE)
     for tag, arch in (("_s", "vit-s16"), ("", "vit-b16")):
         vt = by.get(arch)
         if cn and vt and cn.metric("macs") and vt.metric("macs"):
