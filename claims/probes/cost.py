@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from architectures.attention_core import AttentionCore, AttentionCoreConfig, core_inputs
 from claims.evidence import Context
@@ -462,9 +463,51 @@ def ffn_split(d: int = 512, lo: float = 0.25, hi: float = 8.0, **overrides) -> t
     return ns, [a for a, _ in pairs], [f for _, f in pairs]
 
 
-@probe("ffn_share", figures=("attn_overtakes_ffn_at", "ffn_share_n512", "d_ff_is_4d_share"))
+class _ContractionShapes(TorchDispatchMode):
+    """Records, for every matmul-like op dispatched, the shape of its left operand (the activations it reads)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lhs: list[tuple[str, tuple[int, ...]]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(getattr(func, "_overloadpacket", func))
+        if name in CONTRACTIONS:
+            tensors = [a for a in args if isinstance(a, torch.Tensor)]
+            lhs = tensors[1] if name in ("aten.addmm", "aten.baddbmm", "aten.addbmm") else tensors[0]
+            self.lhs.append((name, tuple(lhs.shape)))
+        return func(*args, **(kwargs or {}))
+
+
+# The reference presets of C30: the classic Transformer (Vaswani), BERT/GPT-2/GPT-3-style decoders and encoders,
+# ViT — and LLaMA's SwiGLU FFN (d_ff = 8/3·d rounded up to a multiple of 256: 3·d at d = 512), the counter-example.
+FFN_PRESETS = ("decoder-small", "decoder-base", "gpt2-small", "encoder-base", "aiayn-base", "aiayn-big", "vit-b16",
+               "vit-l16", "decoder-llama-small")
+
+
+def ffn_width(preset: str) -> tuple[int, int, int]:
+    """(d_model, FFN hidden width, FFN MACs per token) of ``preset``'s first block, measured on the built module:
+    its ``mlp`` run over one token on fake tensors; the hidden width is the width of the activations its last
+    matmul (the down projection) reads, the MACs are the counter's (FlopCounterMode) for that token."""
+    spec = resolve(preset)
+    with new_fake_mode():
+        model = spec.build(spec.config).eval()
+        mlp = next(m for name, m in model.named_modules() if name.endswith("blocks.0.mlp"))
+        d = next(p for p in mlp.parameters() if p.dim() == 2).shape[1]      # the up projection reads d
+        x = torch.zeros(1, 1, d)
+        shapes = _ContractionShapes()
+        with torch.no_grad(), shapes:
+            mlp(x)
+        with torch.no_grad():
+            macs = count_flops(lambda: mlp(x)).macs
+    return d, shapes.lhs[-1][1][-1], macs
+
+
+@probe("ffn_share", figures=("attn_overtakes_ffn_at", "ffn_share_n512", "d_ff_is_4d_share", "d_ff_all_4d",
+                             "swiglu_ffn_macs_over_4d"))
 def ffn_share(ctx: Context) -> Evidence:
-    """Counted MACs of one decoder layer (d=512) split into attention and FFN as n grows (per module)."""
+    """Counted MACs of one decoder layer (d=512) split into attention and FFN as n grows (per module); the FFN
+    hidden width of each reference preset measured on its built module (the counter-example LLaMA included)."""
     d = 512
     ns, pts_attn, pts_ffn = ffn_split(d)
     ev = Evidence()
@@ -475,13 +518,25 @@ def ffn_share(ctx: Context) -> Evidence:
     at_d = ns.index(d)
     ev.figures["ffn_share_n512"] = Figure(pts_ffn[at_d] / (pts_attn[at_d] + pts_ffn[at_d]), unit="share",
                                           note="FFN share of the layer's attention + FFN MACs at n = d = 512")
-    presets = ["decoder-small", "decoder-base", "gpt2-small", "encoder-base", "aiayn-base", "aiayn-big",
-               "vit-b16", "vit-l16"]
-    four = [registry.get(p).config for p in presets]
-    ev.figures["d_ff_is_4d_share"] = Figure(sum(c.ff_dim == 4 * c.d_model for c in four) / len(four), unit="share",
-                                            note="presets with d_ff = 4·d_model: " + ", ".join(presets))
+    widths = {p: ffn_width(p) for p in FFN_PRESETS}
+    four = [p for p, (dm, h, _) in widths.items() if h == 4 * dm]
+    other = [f"{p} d_ff = {h / dm:.3g}·d ({h} at d = {dm})" for p, (dm, h, _) in widths.items() if h != 4 * dm]
+    listing = ", ".join(f"{p} {h}/{dm}" for p, (dm, h, _) in widths.items())
+    ev.figures["d_ff_is_4d_share"] = Figure(len(four) / len(widths), unit="share",
+                                            note=f"presets whose FFN (measured: the width its down projection "
+                                                 f"reads, one token through the built block-0 mlp) is 4·d: "
+                                                 f"{len(four)} of {len(widths)}; d_ff/d: {listing}"
+                                                 + (f"; not 4·d: {'; '.join(other)}" if other else ""))
+    ev.figures["d_ff_all_4d"] = Figure(not other, note=("every reference preset's FFN is 4·d" if not other
+                                                        else "not 4·d: " + "; ".join(other)))
+    dm, h, macs = widths["decoder-llama-small"]
+    ev.figures["swiglu_ffn_macs_over_4d"] = Figure(
+        macs / (8 * dm * dm), unit="×", note=f"decoder-llama-small's SwiGLU FFN (d_ff {h}, three d×d_ff matrices) "
+                                             f"counted {macs:,} MACs per token / a 4·d two-matrix FFN's 8·d² = "
+                                             f"{8 * dm * dm:,} (decoder-small's, counted: {widths['decoder-small'][2]:,})")
     ev.notes.append("Algebra: attention 4·n·d² (projections) + 2·n²·d (q·kᵀ, p·v) vs FFN 8·n·d² are equal at n = 2d; "
-                    "the counts agree when the crossing reads 2.")
+                    "the counts agree when the crossing reads 2. LLaMA's SwiGLU uses d_ff = 8/3·d (rounded up to a "
+                    "multiple of 256) so that its three matrices cost what two 4·d ones do.")
     ev.chart = Chart("one decoder layer (d=512): MACs by part", "sequence length n", "GMACs", {
         "attention (QKV/O + scores)": [(n, a / 1e9, None, None) for n, a in zip(ns, pts_attn)],
         "FFN (4·d)": [(n, f / 1e9, None, None) for n, f in zip(ns, pts_ffn)]}, x_log=True, y_log=True)
