@@ -33,7 +33,7 @@ NAMED = {
 }
 
 
-@probe("named_sizes", figures=tuple(f"params_{k}" for k in NAMED) + ("mha_over_gqa_params_70b",))
+@probe("named_sizes", figures=tuple(f"params_{k}" for k in NAMED) + ("params_gpt2_released", "mha_over_gqa_params_70b"))
 def named_sizes(ctx: Context | None) -> Evidence:
     """Parameter counts of the configurations 000 names, counted on the modules built on the meta device
     (the analytic cost formula is tested equal to these, not used in their place)."""
@@ -41,6 +41,15 @@ def named_sizes(ctx: Context | None) -> Evidence:
     for key, (preset, over, named, what) in NAMED.items():
         n = built_params(preset, **over)
         ev.figures[f"params_{key}"] = Figure(float(n), unit="params", note=f"{what}; preset {preset}")
+    gpt2 = ev.figures["params_gpt2"]
+    ev.figures["params_gpt2_released"] = Figure(
+        gpt2.value, unit="params", note=f"gpt2-small built: {gpt2.value:,.0f} (tied token embedding counted once); "
+                                        "OpenAI's released 'small' is 124M — its README: 'our original parameter "
+                                        "counts were wrong due to an error … small referred to as 117M'")
+    for key, (_, _, named, what) in NAMED.items():                  # per size: how far from its name
+        f = ev.figures[f"params_{key}"]
+        ev.figures[f"params_{key}"] = Figure(f.value, unit=f.unit, note=f"{f.note}; {f.value / named - 1:+.1%} "
+                                                                          f"from the named {named:.3g}")
     preset, over, _, _ = NAMED["llama2_70b"]
     mha = built_params(preset, **{**over, "n_kv_heads": 64})
     ev.figures["mha_over_gqa_params_70b"] = Figure(mha / built_params(preset, **over), unit="×",
