@@ -255,8 +255,32 @@ def eager_score_bytes(n: int, d_head: int = 64) -> tuple[int, tuple[int, ...]]:
             return score_tensor_bytes(lambda: model(*inputs))
 
 
-@probe("score_memory", figures=("score_bytes_n10k", "eager_peak_over_scores", "sdpa_peak_over_scores",
-                                "eager_est_equals_measured"))
+def score_rss_bytes(n: int, d_head: int = 64, repeats: int = 3) -> list[int] | None:
+    """What the operating system measures for one head's q·kᵀ over n tokens (real tensors, fp32, batch 1): per
+    repeat, the process's resident-set high-water mark during the matmul minus its resident set before it
+    (/proc: VmHWM after a reset, VmRSS), after one warm-up. None where /proc refuses the reset."""
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(1, n, d_head, generator=g), torch.randn(1, n, d_head, generator=g)
+    memory.measure_peak_cpu(lambda: q[:, :256] @ k[:, :256].transpose(1, 2))     # warm-up: kernels, thread pool
+    out = []
+    for _ in range(repeats):
+        got = memory.measure_peak_cpu(lambda: q @ k.transpose(1, 2))
+        if got["rss_hwm_bytes"] is None or got["rss_before_bytes"] is None:
+            return None
+        out.append(got["rss_hwm_bytes"] - got["rss_before_bytes"])
+    return out
+
+
+def rss_figure(samples: list[int] | None, unit: str = "bytes", note: str = "") -> Figure:
+    """The median of the repeats with [min, max] as its interval; NaN with the reason when /proc was refused."""
+    if not samples:
+        return Figure(float("nan"), unit=unit, note="the resident-set high-water mark cannot be reset here (/proc)")
+    xs = sorted(samples)
+    return Figure(float(xs[len(xs) // 2]), float(xs[0]), float(xs[-1]), unit, note, len(xs))
+
+
+@probe("score_memory", figures=("score_rss_bytes_n10k", "score_bytes_n10k", "eager_peak_over_scores",
+                                "sdpa_peak_over_scores", "eager_est_equals_measured"))
 def score_memory(ctx: Context) -> Evidence:
     """One head, n=10,000, d_head=64, fp32: the bytes of the score tensor the eager forward writes
     (caught at its q·kᵀ matmul), and the peak the eager and fused kernels really reach."""
@@ -272,6 +296,11 @@ def score_memory(ctx: Context) -> Evidence:
         with torch.no_grad():
             peaks[impl] = memory.measure_peak_cpu(lambda: model(*inputs))["tensor_peak_bytes"]
     scores, shape = eager_score_bytes(n)
+    rss = score_rss_bytes(n)
+    ev.figures["score_rss_bytes_n10k"] = rss_figure(
+        rss, note="what the OS measured: resident-set high-water mark during one head's q·kᵀ of 10⁴ tokens (real "
+                  "fp32 tensors) minus the resident set before it, median of 3 repeats [min, max]"
+                  + (f"; repeats {', '.join(f'{b:,}' for b in rss)} B" if rss else ""))
     eager_est = fake_metrics("attention-core", w, d_model=64, n_heads=1, attn_impl="eager")
     q_bytes = n * 64 * 4
     ev.figures["score_bytes_n10k"] = Figure(float(scores), unit="bytes",
