@@ -13,7 +13,9 @@ from architectures.swin import ShiftedWindowAttention
 from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure
 from claims.probes import PROBES, exponent, local_slope, median_ratio, probe, select, series
-from harness.flops import count_model
+from harness.fake import fake_case
+from harness.flops import count_model, dependency_trace
+from harness.spec import Workload
 from harness.registry import get, resolve
 from reports.frames import peak_flops, rates
 from reports.pareto import Point, dominates, pareto
@@ -428,10 +430,23 @@ def convnext(ctx: Context) -> Evidence:
     return ev
 
 
-@probe("attention_arithmetic", figures=("entries_vit_b16", "kib_vit_b16", "mib_48x16", "gib_pixels_128",
-                                        "entries_swin_56"))
+def vit_score_tensor(arch: str = "vit-b16") -> tuple[int, tuple[int, ...]]:
+    """(bytes, shape) of the score tensor the real ``arch`` writes in its first attention (eager attention, batch
+    1, its own image size, fp32), caught at its first batched matmul as dispatched on fake tensors (no memory)."""
+    model, inputs, mode = fake_case(resolve(arch, attn_impl="eager"), Workload(batch_size=1), torch.device("cpu"))
+    with mode, torch.no_grad():
+        trace = dependency_trace(lambda: model.eval()(*inputs))
+    op = next((o for o in trace.ops if o.name == "aten.bmm"), None)
+    if op is None:
+        raise RuntimeError(f"{arch} dispatched no batched matmul: no score tensor to measure")
+    return op.out_bytes, op.out_shapes[0]
+
+
+@probe("attention_arithmetic", figures=("kib_vit_b16_model", "entries_vit_b16", "kib_vit_b16", "mib_48x16",
+                                        "gib_pixels_128", "entries_swin_56"))
 def attention_arithmetic(ctx: Context) -> Evidence:
-    """The document's attention-matrix arithmetic, redone from the configs' own shapes (fp32 entries)."""
+    """The document's attention-matrix arithmetic, redone from the configs' own shapes (fp32 entries), beside
+    the headline: one head's score tensor as the real ViT-B/16 writes it."""
     vit, swin = get("vit-b16").config, get("swin-t").config
     n = vit.n_patches                                   # 196 patch tokens (the document leaves out [CLS])
     per_head = n * n
@@ -439,6 +454,14 @@ def attention_arithmetic(ctx: Context) -> Evidence:
     pixels = 128 * 128                                  # one token per pixel
     grid = swin.img_size // swin.patch_size             # Swin-T's first-stage grid side
     ev = Evidence()
+    nbytes, shape = vit_score_tensor("vit-b16")
+    heads_dispatched = shape[0]                          # (batch · heads, T, S) at batch 1
+    ev.figures["kib_vit_b16_model"] = Figure(
+        nbytes / heads_dispatched / 2 ** 10, unit="KiB",
+        note=f"the score tensor the real ViT-B/16 writes in its first attention (eager, batch 1, 224², fp32): "
+             f"{shape}, {nbytes:,} B over {heads_dispatched} heads = {shape[1]}×{shape[2]} entries per head "
+             f"({shape[1] * shape[2]:,}: the [CLS] token makes it {shape[1]}², where the document's 14⁴ counts "
+             f"{n}²)")
     ev.figures["entries_vit_b16"] = Figure(float(per_head), unit="entries", note=f"({n} tokens)² per head")
     ev.figures["kib_vit_b16"] = Figure(per_head * 4 / 2 ** 10, unit="KiB", note="fp32")
     ev.figures["mib_48x16"] = Figure(per_head * 4 * layers * heads / 2 ** 20, unit="MiB",
