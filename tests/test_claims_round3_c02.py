@@ -148,6 +148,14 @@ def test_c41_is_labelled_the_projects_own_question():
     c = CATALOG["C41"]
     assert c.own_question and "Arora" in c.own_question and "Jelassi" in c.own_question
     assert c.where.startswith("not in the documents") and "own question" in c.title
+    from reports.claims_view import render_claims
+    v = decide(c, Evidence(figures=ssm.recall_figures(_recall([1.0] * 3, [0.5] * 3), None),
+                           unavailable={"lm_rel_loss_mamba": "not trained"}))
+    from harness.env import fingerprint
+    doc = claims_document([v], fingerprint(threads=1), {"quick": True, "seeds": [0, 1, 2], "threads": 1, "used": [], "force": False,
+                                     "device": "cpu", "wall_s": 1.0})
+    assert doc["claims"][0]["own_question"] == c.own_question
+    assert "drawn from Arora et al. 2023" in render_claims(doc)
 
 
 def test_c41_accuracies_get_exact_binomial_intervals_inside_0_1():
