@@ -130,8 +130,11 @@ class Outcome:
 def quoted_part(outcomes: Sequence[Outcome]) -> str:
     """The part of a verdict's reason naming the decided rules whose figure is QUOTED (published, not measured
     here) with their sources; "" when none is."""
-    rests = dict.fromkeys(f"{o.rule.figure} ({o.figure.quoted})" for o in outcomes
-                          if o.status != "unavailable" and o.figure is not None and o.figure.quoted)
+    by_source: dict[str, list[str]] = {}
+    for o in outcomes:
+        if o.status != "unavailable" and o.figure is not None and o.figure.quoted:
+            by_source.setdefault(o.figure.quoted, []).append(o.rule.figure)
+    rests = [f"{', '.join(dict.fromkeys(figs))} ({src})" for src, figs in by_source.items()]
     return ("rests on QUOTED figures (published, not measured here): " + "; ".join(rests)) if rests else ""
 
 
