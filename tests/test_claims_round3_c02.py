@@ -56,7 +56,7 @@ def test_c02_counts_the_op_the_real_attention_dispatches():
 
 
 def test_c03_the_operating_system_sees_the_score_tensor():
-    got = cost.score_rss_bytes(4096, repeats=2)
+    got = cost.score_rss_bytes(4096, repeats=1)
     if got is None:
         pytest.skip("/proc refuses the resident-set reset here")
     assert all(abs(b / (4096 ** 2 * 4) - 1) < 0.1 for b in got)        # 67 MB: one fp32 (4096, 4096) tensor
@@ -82,7 +82,7 @@ def test_c26_reads_the_real_vit_score_tensor():
 
 
 def test_c39_extrapolates_what_the_os_measured():
-    fig = blocks.extrapolated_score_gb(50_176, ns=(4096, 6144, 8192))
+    fig = blocks.extrapolated_score_gb(50_176, ns=(4096, 5120, 6144))
     if math.isnan(fig.value):
         pytest.skip(fig.note)
     assert 1 < fig.lo <= fig.value <= fig.hi and 8 < fig.value < 13     # 50,176² × 4 B = 10.1 GB
