@@ -13,7 +13,7 @@ from harness.errors import BenchInputError
 
 CATALOG = Path(__file__).with_name("claims.toml")
 CLAIM_KEYS = {"section", "title", "quote", "where", "probe", "rules", "document_figure", "published", "units", "needs",
-              "added"}
+              "added", "own_question"}
 RULE_KEYS = {"figure", "test", "says", "lo", "hi", "value", "rel_tol", "central", "device"}
 DEVICES = ("", "cpu", "cuda")          # a rule only a run on that device decides ("" = any)
 NEEDS = {"within": ("lo", "hi"), "at_least": ("lo",), "at_most": ("hi",), "equals": ("value",), "is_true": ()}
@@ -69,7 +69,7 @@ def load_catalog(path: Path = CATALOG) -> list[Claim]:
             document_figure=raw.get("document_figure", ""),
             published=tuple(Published(p["label"], p["value"]) for p in raw.get("published", [])),
             units=raw.get("units", ""), needs=tuple(raw.get("needs", [])),
-            added=bool(raw.get("added", False))))
+            added=bool(raw.get("added", False)), own_question=raw.get("own_question", "")))
     return sorted(claims, key=lambda c: c.id)
 
 

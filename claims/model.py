@@ -25,6 +25,8 @@ class Figure:
     n: int | None = None                   # samples behind the interval (seeds, points of a fit)
     busy: str = ""                         # why a timing was measured on a busy machine ("" when it was not)
     mode: str = ""                         # how the models executed ("" = eager; e.g. "compiled (default)")
+    quoted: str = ""                       # the source, when the figure is (or rests on) a PUBLISHED number, not
+                                           # measured here: shown "(quoted)", and a verdict deciding on it says so
 
     @property
     def has_interval(self) -> bool:
@@ -46,13 +48,14 @@ class Figure:
             ends = (bool(self.lo), bool(self.hi))
             body = f(self.value) + ("" if ends == (self.value, self.value)
                                     else f" (at the interval's ends: {f(ends[0])}, {f(ends[1])})")
-            return body + (f" {self.unit}" if self.unit else "")
+            return body + (f" {self.unit}" if self.unit else "") + (" (quoted)" if self.quoted else "")
         body = f(self.value) + (f" [{f(self.lo)}, {f(self.hi)}]" if self.has_interval else "")
-        return body + (f" {self.unit}" if self.unit else "")
+        return body + (f" {self.unit}" if self.unit else "") + (" (quoted)" if self.quoted else "")
 
     def as_dict(self) -> dict[str, Any]:
         return {"value": self.value, "lo": self.lo, "hi": self.hi, "unit": self.unit, "note": self.note,
-                "n": self.n, "text": self.text(), "busy": self.busy, "mode": self.mode}
+                "n": self.n, "text": self.text(), "busy": self.busy, "mode": self.mode,
+                "quoted": self.quoted}
 
 
 def mean_ci(values: Sequence[float], unit: str = "", note: str = "", confidence: float = 0.95) -> Figure:
@@ -105,6 +108,8 @@ class Claim:
     units: str = ""                        # where the document mixes units, what we measured instead
     needs: tuple[str, ...] = ()            # suites / experiments it draws on (for the report)
     added: bool = False                    # found in the documents by us, not listed in CLAIMS.md
+    own_question: str = ""                 # not a sentence of the documents: the project's own question, and
+                                           # where it comes from (the literature it is drawn from)
 
 
 @dataclass(frozen=True)
@@ -120,6 +125,17 @@ class Outcome:
     mode: str = ""                         # how the models executed for its figure ("eager", "compiled (default)")
     others: tuple["Outcome", ...] = ()     # the same rule decided on another device (a merge keeps them)
     conflict: bool = False                 # devices disagree on it: shown, never resolved silently
+
+
+def quoted_part(outcomes: Sequence[Outcome]) -> str:
+    """The part of a verdict's reason naming the decided rules whose figure is QUOTED (published, not measured
+    here) with their sources; "" when none is."""
+    by_source: dict[str, list[str]] = {}
+    for o in outcomes:
+        if o.status != "unavailable" and o.figure is not None and o.figure.quoted:
+            by_source.setdefault(o.figure.quoted, []).append(o.rule.figure)
+    rests = [f"{', '.join(dict.fromkeys(figs))} ({src})" for src, figs in by_source.items()]
+    return ("rests on QUOTED figures (published, not measured here): " + "; ".join(rests)) if rests else ""
 
 
 @dataclass

@@ -4,6 +4,7 @@ document back into verdicts (``bench claims --merge``)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from claims.model import Chart, Claim, Evidence, Figure, Outcome, Rule, Verdict
@@ -17,6 +18,7 @@ def to_record(v: Verdict) -> dict[str, Any]:
     c = v.claim
     chart = v.evidence.chart or rules_chart(v)
     return {"id": c.id, "title": c.title, "section": c.section, "quote": c.quote, "where": c.where, "added": c.added,
+            "own_question": c.own_question or None,
             "verdict": v.verdict, "reason": v.reason, "device": v.device, "mode": v.mode,
             "provenance": v.provenance, "probe_failed": v.evidence.failed or None,
             "rules": [_outcome_record(o) for o in v.outcomes],
@@ -63,17 +65,61 @@ def rules_chart(v: Verdict) -> Chart | None:
 
 def claims_document(verdicts: list[Verdict], env: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
     """What ``bench claims`` writes as JSON and what both HTML views render from."""
-    return {"kind": DOCUMENT_KIND, "context": context, "env": env, "claims": [to_record(v) for v in verdicts]}
+    doc = {"kind": DOCUMENT_KIND, "context": context, "env": env, "claims": [to_record(v) for v in verdicts]}
+    dropped: list[dict[str, str]] = []
+    doc = strict_json(doc, "", dropped)
+    doc["not_finite"] = dropped
+    return doc
+
+
+def _not_finite(x: Any) -> str:
+    """"NaN" / "Infinity" / "-Infinity" for a non-finite float, "" for anything else."""
+    if isinstance(x, bool) or not isinstance(x, float) or math.isfinite(x):
+        return ""
+    return "NaN" if math.isnan(x) else ("Infinity" if x > 0 else "-Infinity")
+
+
+def strict_json(obj: Any, path: str, dropped: list[dict[str, str]], why: str = "") -> Any:
+    """``obj`` with every non-finite float replaced by ``None`` (strict JSON has no NaN or Infinity), each one
+    listed in ``dropped`` with its path, what it was and why (the enclosing figure's note, or "not measured");
+    in a dict the reason also stands beside the value as ``<key>_not_finite``. Tuples become lists."""
+    if isinstance(obj, dict):
+        here = str(obj.get("note") or obj.get("detail") or why)
+        out: dict[str, Any] = {}
+        for k, v in obj.items():
+            was = _not_finite(v)
+            if was:
+                reason = f"{was}: {here or 'not measured'}"
+                out[k] = None
+                out[f"{k}_not_finite"] = reason
+                dropped.append({"path": f"{path}.{k}".lstrip("."), "was": was, "why": here or "not measured"})
+            else:
+                out[k] = strict_json(v, f"{path}.{k}", dropped, here)
+        return out
+    if isinstance(obj, (list, tuple)):
+        out_list = []
+        for i, v in enumerate(obj):
+            was = _not_finite(v)
+            if was:
+                dropped.append({"path": f"{path}[{i}]", "was": was, "why": why or "not measured"})
+                out_list.append(None)
+            else:
+                out_list.append(strict_json(v, f"{path}[{i}]", dropped, why))
+        return out_list
+    return obj
 
 
 # -- reading a document back ------------------------------------------------------------------
-FIGURE_FIELDS = ("value", "lo", "hi", "unit", "note", "n", "busy", "mode")
+FIGURE_FIELDS = ("value", "lo", "hi", "unit", "note", "n", "busy", "mode", "quoted")
 
 
 def _figure(raw: dict[str, Any] | None) -> Figure | None:
+    """A stored figure; a value written as null (it was not finite: strict JSON) reads back as NaN."""
     if raw is None:
         return None
-    return Figure(**{k: raw[k] for k in FIGURE_FIELDS if raw.get(k) is not None})
+    fields = {k: raw[k] for k in FIGURE_FIELDS if raw.get(k) is not None}
+    fields.setdefault("value", float("nan"))
+    return Figure(**fields)
 
 
 def _outcome(raw: dict[str, Any], rule: Rule, device: str) -> Outcome:

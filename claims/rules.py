@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from claims.model import Evidence, Figure, Outcome, Rule
+from claims.model import Evidence, Figure, Outcome, Rule, quoted_part
 
 TESTS = ("within", "at_least", "at_most", "equals", "is_true")
 
@@ -105,6 +105,8 @@ def combine(outcomes: list[Outcome]) -> tuple[str, str]:
     torn = [o.rule.says for o in outcomes if o.conflict]
     if torn:
         parts.append("devices disagree (shown as undecided): " + "; ".join(torn))
+    if quoted_part(outcomes):                            # a verdict resting on a published figure says so
+        parts.append(quoted_part(outcomes))
     reason = " | ".join(parts)
     if len(by["pass"]) == len(outcomes):
         return "supported", reason

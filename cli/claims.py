@@ -96,11 +96,12 @@ def claims(quick: bool, only: str | None, output: str, markdown: str | None, sto
         context["merged"] = {"path": str(merge_path), "context": other_doc["context"], "env": other_doc["env"]}
         err.print(f"merged with {merge_path} ({len(other)} claims decided on "
                   f"{', '.join(sorted(doc_devices(other_doc)))}): {len(verdicts)} claims", highlight=False)
-    doc = json.loads(json.dumps(claims_document(verdicts, fingerprint(threads=threads), context), default=str))
+    doc = json.loads(json.dumps(claims_document(verdicts, fingerprint(threads=threads), context), default=str,
+                                allow_nan=False))                   # strict JSON: non-finite values are null
     out.print(verdict_table(doc))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.with_suffix(".json").write_text(json.dumps(doc, indent=1))
+        path.with_suffix(".json").write_text(json.dumps(doc, indent=1, allow_nan=False))
         path.write_text(render_claims(doc), encoding="utf-8")
         if markdown:
             Path(markdown).write_text(markdown_table(doc), encoding="utf-8")

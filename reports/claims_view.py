@@ -79,6 +79,8 @@ def chart_svg(chart: dict[str, Any] | None) -> str:
         labels, heights, errs = [], [], []
         for name, pts in chart['series'].items():
             for x, y, lo, hi in pts:
+                if y is None:                  # not finite: written as null (strict JSON)
+                    continue
                 labels.append(tex_safe(str(name)))
                 heights.append(y)
                 errs.append((y - lo, hi - y) if lo is not None and hi is not None else (0.0, 0.0))

@@ -139,9 +139,14 @@ def test_decide_on_a_real_probe_document_arithmetic():
     from claims.probes.vision import attention_arithmetic
     claim = next(c for c in load_catalog() if c.id == "C26")
     assert decide(claim, attention_arithmetic(None)).verdict == "supported"   # type: ignore[arg-type]
+    # round 3 (issue 29): the central rule reads the real ViT-B/16's score tensor (kib_vit_b16_model); the
+    # document's 14⁴ arithmetic (entries_vit_b16) became a side rule, so 197² there no longer contradicts
     wrong = Evidence(figures={**attention_arithmetic(None).figures,            # type: ignore[arg-type]
-                              "entries_vit_b16": Figure(197.0 ** 2)})          # with [CLS]: not 14⁴
+                              "kib_vit_b16_model": Figure(600.0)})             # a model writing 4× the scores
     assert decide(claim, wrong).verdict == "contradicted"                       # the central rule
+    cls = Evidence(figures={**attention_arithmetic(None).figures,              # type: ignore[arg-type]
+                            "entries_vit_b16": Figure(197.0 ** 2)})            # with [CLS]: not 14⁴
+    assert decide(claim, cls).verdict == "partly supported"
     off = Evidence(figures={**attention_arithmetic(None).figures,              # type: ignore[arg-type]
                             "mib_48x16": Figure(150.0)})
     assert decide(claim, off).verdict == "partly supported"                    # a side rule

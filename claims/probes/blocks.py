@@ -2,6 +2,7 @@
 computed directly from the code's own modules and shapes, each in seconds on a CPU."""
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -13,9 +14,10 @@ from architectures.layers.attention import Attention, eager_attention
 from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure
 from claims.probes import built_params, probe, timed_ratio
-from claims.probes.cost import eager_score_bytes
+from claims.probes.cost import eager_score_bytes, score_rss_bytes
 from harness.flops import count_params
 from harness.registry import resolve
+from harness.stats import fit_loglog
 from harness.load import LoadMonitor
 from harness.timing import TimingConfig, measure_interleaved
 
@@ -33,7 +35,7 @@ NAMED = {
 }
 
 
-@probe("named_sizes", figures=tuple(f"params_{k}" for k in NAMED) + ("mha_over_gqa_params_70b",))
+@probe("named_sizes", figures=tuple(f"params_{k}" for k in NAMED) + ("params_gpt2_released", "mha_over_gqa_params_70b"))
 def named_sizes(ctx: Context | None) -> Evidence:
     """Parameter counts of the configurations 000 names, counted on the modules built on the meta device
     (the analytic cost formula is tested equal to these, not used in their place)."""
@@ -41,6 +43,15 @@ def named_sizes(ctx: Context | None) -> Evidence:
     for key, (preset, over, named, what) in NAMED.items():
         n = built_params(preset, **over)
         ev.figures[f"params_{key}"] = Figure(float(n), unit="params", note=f"{what}; preset {preset}")
+    gpt2 = ev.figures["params_gpt2"]
+    ev.figures["params_gpt2_released"] = Figure(
+        gpt2.value, unit="params", note=f"gpt2-small built: {gpt2.value:,.0f} (tied token embedding counted once); "
+                                        "OpenAI's released 'small' is 124M — its README: 'our original parameter "
+                                        "counts were wrong due to an error … small referred to as 117M'")
+    for key, (_, _, named, what) in NAMED.items():                  # per size: how far from its name
+        f = ev.figures[f"params_{key}"]
+        ev.figures[f"params_{key}"] = Figure(f.value, unit=f.unit, note=f"{f.note}; {f.value / named - 1:+.1%} "
+                                                                          f"from the named {named:.3g}")
     preset, over, _, _ = NAMED["llama2_70b"]
     mha = built_params(preset, **{**over, "n_kv_heads": 64})
     ev.figures["mha_over_gqa_params_70b"] = Figure(mha / built_params(preset, **over), unit="×",
@@ -272,7 +283,30 @@ def mask_fill(ctx: Context | None) -> Evidence:
     return ev
 
 
-@probe("pixel_tokens", figures=("tokens_224_pixels", "score_gb_per_head"))
+PIXEL_RSS_NS = (4096, 6144, 8192, 10_000)      # token counts whose q·kᵀ the OS measures (67–400 MB, one head)
+
+
+def extrapolated_score_gb(n_target: int, ns: tuple[int, ...] = PIXEL_RSS_NS) -> Figure:
+    """One head's fp32 q·kᵀ memory at ``n_target`` tokens, from what the OS measured at ``ns`` (resident-set
+    high-water mark over the matmul, :func:`claims.probes.cost.score_rss_bytes`): a log-log fit of bytes against
+    n, extrapolated from the largest measured n with the fitted exponent (its 95% interval gives the figure's)."""
+    measured = {n: score_rss_bytes(n, repeats=1) for n in ns}
+    if any(v is None for v in measured.values()):
+        return Figure(float("nan"), unit="GB", note="the resident-set high-water mark cannot be reset here (/proc)")
+    got = {n: v[0] for n, v in measured.items()}                     # type: ignore[index]
+    fit = fit_loglog(list(got), list(got.values()))
+    if fit is None or math.isnan(fit.ci_low):
+        return Figure(float("nan"), unit="GB", note=f"no power law through the measured bytes {got}")
+    top = max(got)
+    at = {k: got[top] * (n_target / top) ** k / 1e9 for k in (fit.exponent, fit.ci_low, fit.ci_high)}
+    return Figure(at[fit.exponent], at[fit.ci_low], at[fit.ci_high], "GB",
+                  f"measured by the OS (RSS high-water mark over one head's real fp32 q·kᵀ): "
+                  + ", ".join(f"n={n}: {b / 1e6:,.1f} MB" for n, b in got.items())
+                  + f"; bytes ∝ n^{fit.exponent:.3f} [{fit.ci_low:.3f}, {fit.ci_high:.3f}], extrapolated from "
+                    f"n={top} to n={n_target:,}", fit.n)
+
+
+@probe("pixel_tokens", figures=("score_gb_measured_224", "tokens_224_pixels", "score_gb_per_head"))
 def pixel_tokens(ctx: Context | None) -> Evidence:
     """Attention over the pixels of a 224×224 image, one token per pixel: the score tensor the eager
     attention core writes for one head (fp32, batch 1), caught at its q·kᵀ matmul on fake tensors (no memory)."""
@@ -285,4 +319,5 @@ def pixel_tokens(ctx: Context | None) -> Evidence:
     ev.figures["score_gb_per_head"] = Figure(nbytes / 1e9, unit="GB",
                                              note=f"the q·kᵀ output of the eager forward: {nbytes / 2**30:.2f} GiB, "
                                                   "one head, one layer, fp32")
+    ev.figures["score_gb_measured_224"] = extrapolated_score_gb(n)
     return ev

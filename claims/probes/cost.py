@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import flop_registry
 
 from architectures.attention_core import AttentionCore, AttentionCoreConfig, core_inputs
 from claims.evidence import Context
@@ -174,14 +176,58 @@ def attention_core(ctx: Context) -> Evidence:
     return ev
 
 
-@probe("qk_macs", figures=("qk_macs_n1000", "core_macs_n1000", "layer_macs_n1000"))
+class _OpCounts(TorchDispatchMode):
+    """Each matmul-like op dispatched, in order, with its FLOPs as torch's FlopCounterMode counts that op
+    (its registered formula applied to the op's real arguments and output) and its output shape."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[tuple[str, int, tuple[int, ...]]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        packet = getattr(func, "_overloadpacket", func)
+        if str(packet) in CONTRACTIONS and packet in flop_registry:
+            self.ops.append((str(packet), int(flop_registry[packet](*args, **kwargs, out_val=out)),
+                             tuple(out.shape)))
+        return out
+
+
+def first_contraction_macs(fn: Callable[[], object]) -> tuple[int, tuple[int, ...], int]:
+    """(MACs of the first matmul ``fn()`` dispatches, its output shape, MACs of every matmul together), counted
+    op by op with torch's FlopCounterMode formulas — in an eager attention the first is q·kᵀ."""
+    counts = _OpCounts()
+    with counts:
+        fn()
+    if not counts.ops:
+        raise RuntimeError("no matmul was dispatched: nothing to count")
+    name, flops, shape = counts.ops[0]
+    return flops // 2, shape, sum(f for _, f, _ in counts.ops) // 2
+
+
+@probe("qk_macs", figures=("qk_macs_model_n1000", "qk_macs_n1000", "core_macs_n1000", "layer_macs_n1000"))
 def qk_macs(ctx: Context) -> Evidence:
+    """C02: the q·kᵀ MACs of the real eager attention (AttentionCore, d = 512, 8 heads, n = 1000, batch 1, fake
+    tensors) as the FLOP counter counts the op the model dispatches — the headline; beside it q·kᵀ of two bare
+    (1000, 512) tensors (the document's arithmetic, counted), the whole core and a whole decoder layer."""
     n, d = 1000, 512
-    q, k = torch.empty(1, n, d, device="meta"), torch.empty(1, n, d, device="meta")
-    ev = Evidence()
-    ev.figures["qk_macs_n1000"] = Figure(float(count_flops(lambda: q @ k.transpose(1, 2)).macs), unit="MACs",
-                                         note="q·kᵀ for n=1000, d=512, counted (all heads together)")
     w = Workload(batch_size=1, seq_len=n)
+    cfg = AttentionCoreConfig(d_model=d, n_heads=8, attn_impl="eager")
+    model = AttentionCore(cfg).eval()
+    with new_fake_mode():
+        inputs = core_inputs(cfg, w, CPU)
+        with torch.no_grad():
+            qk, shape, every = first_contraction_macs(lambda: model(*inputs))
+    ev = Evidence()
+    ev.figures["qk_macs_model_n1000"] = Figure(
+        float(qk), unit="MACs", note=f"the first matmul the eager attention core dispatches (q·kᵀ, scores {shape}: "
+                                     f"8 heads × 1000² × 64), counted by FlopCounterMode's formula for that op; all "
+                                     f"its matmuls together {every:,} MACs")
+    q, k = torch.empty(1, n, d, device="meta"), torch.empty(1, n, d, device="meta")
+    ev.figures["qk_macs_n1000"] = Figure(float(count_flops(lambda: q @ k.transpose(1, 2)).macs), unit="MACs",
+                                         note="q·kᵀ of two bare (1000, 512) tensors, counted: the document's "
+                                              "arithmetic, a side check")
     ev.figures["core_macs_n1000"] = Figure(fake_metrics("attention-core", w, d_model=d, n_heads=8)["macs"],
                                            unit="MACs", note="q·kᵀ + p·v, 8 heads")
     ev.figures["layer_macs_n1000"] = Figure(fake_metrics("decoder-small", w, n_layers=1, vocab_size=1)["macs"],
@@ -209,8 +255,32 @@ def eager_score_bytes(n: int, d_head: int = 64) -> tuple[int, tuple[int, ...]]:
             return score_tensor_bytes(lambda: model(*inputs))
 
 
-@probe("score_memory", figures=("score_bytes_n10k", "eager_peak_over_scores", "sdpa_peak_over_scores",
-                                "eager_est_equals_measured"))
+def score_rss_bytes(n: int, d_head: int = 64, repeats: int = 3) -> list[int] | None:
+    """What the operating system measures for one head's q·kᵀ over n tokens (real tensors, fp32, batch 1): per
+    repeat, the process's resident-set high-water mark during the matmul minus its resident set before it
+    (/proc: VmHWM after a reset, VmRSS), after one warm-up. None where /proc refuses the reset."""
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(1, n, d_head, generator=g), torch.randn(1, n, d_head, generator=g)
+    memory.measure_peak_cpu(lambda: q[:, :256] @ k[:, :256].transpose(1, 2))     # warm-up: kernels, thread pool
+    out = []
+    for _ in range(repeats):
+        got = memory.measure_peak_cpu(lambda: q @ k.transpose(1, 2))
+        if got["rss_hwm_bytes"] is None or got["rss_before_bytes"] is None:
+            return None
+        out.append(got["rss_hwm_bytes"] - got["rss_before_bytes"])
+    return out
+
+
+def rss_figure(samples: list[int] | None, unit: str = "bytes", note: str = "") -> Figure:
+    """The median of the repeats with [min, max] as its interval; NaN with the reason when /proc was refused."""
+    if not samples:
+        return Figure(float("nan"), unit=unit, note="the resident-set high-water mark cannot be reset here (/proc)")
+    xs = sorted(samples)
+    return Figure(float(xs[len(xs) // 2]), float(xs[0]), float(xs[-1]), unit, note, len(xs))
+
+
+@probe("score_memory", figures=("score_rss_bytes_n10k", "score_bytes_n10k", "eager_peak_over_scores",
+                                "sdpa_peak_over_scores", "eager_est_equals_measured"))
 def score_memory(ctx: Context) -> Evidence:
     """One head, n=10,000, d_head=64, fp32: the bytes of the score tensor the eager forward writes
     (caught at its q·kᵀ matmul), and the peak the eager and fused kernels really reach."""
@@ -226,6 +296,11 @@ def score_memory(ctx: Context) -> Evidence:
         with torch.no_grad():
             peaks[impl] = memory.measure_peak_cpu(lambda: model(*inputs))["tensor_peak_bytes"]
     scores, shape = eager_score_bytes(n)
+    rss = score_rss_bytes(n)
+    ev.figures["score_rss_bytes_n10k"] = rss_figure(
+        rss, note="what the OS measured: resident-set high-water mark during one head's q·kᵀ of 10⁴ tokens (real "
+                  "fp32 tensors) minus the resident set before it, median of 3 repeats [min, max]"
+                  + (f"; repeats {', '.join(f'{b:,}' for b in rss)} B" if rss else ""))
     eager_est = fake_metrics("attention-core", w, d_model=64, n_heads=1, attn_impl="eager")
     q_bytes = n * 64 * 4
     ev.figures["score_bytes_n10k"] = Figure(float(scores), unit="bytes",
@@ -462,9 +537,51 @@ def ffn_split(d: int = 512, lo: float = 0.25, hi: float = 8.0, **overrides) -> t
     return ns, [a for a, _ in pairs], [f for _, f in pairs]
 
 
-@probe("ffn_share", figures=("attn_overtakes_ffn_at", "ffn_share_n512", "d_ff_is_4d_share"))
+class _ContractionShapes(TorchDispatchMode):
+    """Records, for every matmul-like op dispatched, the shape of its left operand (the activations it reads)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lhs: list[tuple[str, tuple[int, ...]]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(getattr(func, "_overloadpacket", func))
+        if name in CONTRACTIONS:
+            tensors = [a for a in args if isinstance(a, torch.Tensor)]
+            lhs = tensors[1] if name in ("aten.addmm", "aten.baddbmm", "aten.addbmm") else tensors[0]
+            self.lhs.append((name, tuple(lhs.shape)))
+        return func(*args, **(kwargs or {}))
+
+
+# The reference presets of C30: the classic Transformer (Vaswani), BERT/GPT-2/GPT-3-style decoders and encoders,
+# ViT — and LLaMA's SwiGLU FFN (d_ff = 8/3·d rounded up to a multiple of 256: 3·d at d = 512), the counter-example.
+FFN_PRESETS = ("decoder-small", "decoder-base", "gpt2-small", "encoder-base", "aiayn-base", "aiayn-big", "vit-b16",
+               "vit-l16", "decoder-llama-small")
+
+
+def ffn_width(preset: str) -> tuple[int, int, int]:
+    """(d_model, FFN hidden width, FFN MACs per token) of ``preset``'s first block, measured on the built module:
+    its ``mlp`` run over one token on fake tensors; the hidden width is the width of the activations its last
+    matmul (the down projection) reads, the MACs are the counter's (FlopCounterMode) for that token."""
+    spec = resolve(preset)
+    with new_fake_mode():
+        model = spec.build(spec.config).eval()
+        mlp = next(m for name, m in model.named_modules() if name.endswith("blocks.0.mlp"))
+        d = next(p for p in mlp.parameters() if p.dim() == 2).shape[1]      # the up projection reads d
+        x = torch.zeros(1, 1, d)
+        shapes = _ContractionShapes()
+        with torch.no_grad(), shapes:
+            mlp(x)
+        with torch.no_grad():
+            macs = count_flops(lambda: mlp(x)).macs
+    return d, shapes.lhs[-1][1][-1], macs
+
+
+@probe("ffn_share", figures=("attn_overtakes_ffn_at", "ffn_share_n512", "d_ff_is_4d_share", "d_ff_all_4d",
+                             "swiglu_ffn_macs_over_4d"))
 def ffn_share(ctx: Context) -> Evidence:
-    """Counted MACs of one decoder layer (d=512) split into attention and FFN as n grows (per module)."""
+    """Counted MACs of one decoder layer (d=512) split into attention and FFN as n grows (per module); the FFN
+    hidden width of each reference preset measured on its built module (the counter-example LLaMA included)."""
     d = 512
     ns, pts_attn, pts_ffn = ffn_split(d)
     ev = Evidence()
@@ -475,13 +592,25 @@ def ffn_share(ctx: Context) -> Evidence:
     at_d = ns.index(d)
     ev.figures["ffn_share_n512"] = Figure(pts_ffn[at_d] / (pts_attn[at_d] + pts_ffn[at_d]), unit="share",
                                           note="FFN share of the layer's attention + FFN MACs at n = d = 512")
-    presets = ["decoder-small", "decoder-base", "gpt2-small", "encoder-base", "aiayn-base", "aiayn-big",
-               "vit-b16", "vit-l16"]
-    four = [registry.get(p).config for p in presets]
-    ev.figures["d_ff_is_4d_share"] = Figure(sum(c.ff_dim == 4 * c.d_model for c in four) / len(four), unit="share",
-                                            note="presets with d_ff = 4·d_model: " + ", ".join(presets))
+    widths = {p: ffn_width(p) for p in FFN_PRESETS}
+    four = [p for p, (dm, h, _) in widths.items() if h == 4 * dm]
+    other = [f"{p} d_ff = {h / dm:.3g}·d ({h} at d = {dm})" for p, (dm, h, _) in widths.items() if h != 4 * dm]
+    listing = ", ".join(f"{p} {h}/{dm}" for p, (dm, h, _) in widths.items())
+    ev.figures["d_ff_is_4d_share"] = Figure(len(four) / len(widths), unit="share",
+                                            note=f"presets whose FFN (measured: the width its down projection "
+                                                 f"reads, one token through the built block-0 mlp) is 4·d: "
+                                                 f"{len(four)} of {len(widths)}; d_ff/d: {listing}"
+                                                 + (f"; not 4·d: {'; '.join(other)}" if other else ""))
+    ev.figures["d_ff_all_4d"] = Figure(not other, note=("every reference preset's FFN is 4·d" if not other
+                                                        else "not 4·d: " + "; ".join(other)))
+    dm, h, macs = widths["decoder-llama-small"]
+    ev.figures["swiglu_ffn_macs_over_4d"] = Figure(
+        macs / (8 * dm * dm), unit="×", note=f"decoder-llama-small's SwiGLU FFN (d_ff {h}, three d×d_ff matrices) "
+                                             f"counted {macs:,} MACs per token / a 4·d two-matrix FFN's 8·d² = "
+                                             f"{8 * dm * dm:,} (decoder-small's, counted: {widths['decoder-small'][2]:,})")
     ev.notes.append("Algebra: attention 4·n·d² (projections) + 2·n²·d (q·kᵀ, p·v) vs FFN 8·n·d² are equal at n = 2d; "
-                    "the counts agree when the crossing reads 2.")
+                    "the counts agree when the crossing reads 2. LLaMA's SwiGLU uses d_ff = 8/3·d (rounded up to a "
+                    "multiple of 256) so that its three matrices cost what two 4·d ones do.")
     ev.chart = Chart("one decoder layer (d=512): MACs by part", "sequence length n", "GMACs", {
         "attention (QKV/O + scores)": [(n, a / 1e9, None, None) for n, a in zip(ns, pts_attn)],
         "FFN (4·d)": [(n, f / 1e9, None, None) for n, f in zip(ns, pts_ffn)]}, x_log=True, y_log=True)

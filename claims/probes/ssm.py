@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from scipy import stats
+
 from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure, mean_ci
 from claims.probes import generation as gen
@@ -119,25 +121,88 @@ def ssm_long(ctx: Context) -> Evidence:
 
 
 # -- C41: in-context recall, and LM quality beside it ----------------------------------------------
+# Accuracies are proportions of held-out items answered right: bounded in [0, 1], decided with an exact binomial
+# (Clopper–Pearson) interval over the evaluation items, never a Student-t over a few seeds (which leaves [0, 1]).
+def correct_counts(accs: Sequence[float], items: int) -> list[int]:
+    """Per seed, the number of held-out items answered right (``acc × items``, an integer up to rounding); a
+    ValueError when it is not one (the items per seed are not what the experiment evaluated)."""
+    ks = [int(round(a * items)) for a in accs]
+    if any(abs(a * items - k) > 0.01 or not 0 <= k <= items for a, k in zip(accs, ks)):
+        raise ValueError(f"accuracies {list(accs)} are not counts out of {items} held-out items")
+    return ks
+
+
+def exact_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """The Clopper–Pearson (exact binomial) interval of a proportion k / n."""
+    ci = stats.binomtest(k, n).proportion_ci(confidence_level=confidence, method="exact")
+    return float(ci.low), float(ci.high)
+
+
+def _per_seed(accs: Sequence[float], items: int) -> str:
+    """Each seed's accuracy with its own exact 95% interval over its ``items`` items."""
+    parts = []
+    for k in correct_counts(accs, items):
+        lo, hi = exact_interval(k, items)
+        parts.append(f"{k / items:.3f} [{lo:.3f}, {hi:.3f}]")
+    return ", ".join(parts)
+
+
+def pooled_accuracy(accs: Sequence[float], items: int, what: str) -> Figure:
+    """Accuracy pooled over the seeds' held-out items (``items`` per seed), with its exact binomial 95% interval;
+    the note gives each seed's accuracy with its own exact interval (seeds that disagree beyond the items' noise
+    show there: the pooled interval covers the items, not the choice of seed)."""
+    ks = correct_counts(accs, items)
+    k, n = sum(ks), items * len(ks)
+    lo, hi = exact_interval(k, n)
+    return Figure(k / n, lo, hi, "acc", f"{what}: {k} of {n} held-out items right over {len(ks)} seeds, exact "
+                                        f"binomial (Clopper–Pearson) 95% interval; per seed {_per_seed(accs, items)}",
+                  n=n)
+
+
+def pooled_difference(plus: Sequence[Sequence[float]], minus: Sequence[Sequence[float]], items: Sequence[int],
+                      what: str) -> Figure:
+    """Σ pooled accuracies of ``plus`` − Σ those of ``minus`` (each a list of per-seed accuracies over ``items``
+    items per seed, in the same order), with a 95% interval from the proportions' exact intervals at
+    1 − 0.05/m each (m proportions, Bonferroni: their joint coverage is at least 95%), taken at their ends."""
+    groups = [(a, n, +1) for a, n in zip(plus, items[:len(plus)])] + [(a, n, -1) for a, n in zip(minus, items[len(plus):])]
+    level = 1 - 0.05 / len(groups)
+    value = lo = hi = 0.0
+    for accs, n_items, sign in groups:
+        ks = correct_counts(accs, n_items)
+        k, n = sum(ks), n_items * len(ks)
+        p_lo, p_hi = exact_interval(k, n, level)
+        value += sign * k / n
+        lo += sign * (p_lo if sign > 0 else p_hi)
+        hi += sign * (p_hi if sign > 0 else p_lo)
+    return Figure(value, lo, hi, "acc", f"{what}; pooled over the seeds' held-out items, each accuracy's exact "
+                                        f"binomial interval at {level:.4g} (Bonferroni over {len(groups)}: joint ≥ 95%)",
+                  n=sum(n * len(a) for a, n, _ in groups))
+
+
 def recall_figures(recall: dict, lm: dict | None) -> dict[str, Figure]:
-    """From the recall experiment: attention's and each SSM's held-out accuracy at the largest number of pairs,
-    attention − SSM per seed there (paired: same seed, same batches), and that gap at the largest minus the
-    smallest number of pairs (its growth with P). From ssm_lm: the SSM's validation loss relative to the
-    parameter-matched decoder, per seed."""
+    """From the recall experiment: attention's and each SSM's held-out accuracy at the largest number of pairs
+    (pooled over seeds, exact binomial interval over the items), attention − SSM there (an exact-interval
+    difference), and that gap at the largest minus the smallest number of pairs (its growth with P). From
+    ssm_lm: the SSM's validation loss relative to the parameter-matched decoder, per seed (Student-t)."""
     pairs = [str(p) for p in recall["task"]["pairs"]]
     top, low = pairs[-1], pairs[0]
     v = recall["variants"]
     chance = recall["task"].get("chance_acc")
-    out = {"recall_acc_attention": mean_ci(v["attention"]["by_pairs"][top]["acc"], "acc",
-                                           f"attention, P={top} pairs (chance {chance:.3g})")}
+    eval_n = int(recall["setup"]["eval_n"])                        # held-out sequences per number of pairs
+    items = {p: eval_n * int(p) for p in pairs}                    # one answer per query position: P per sequence
+    acc = {name: {p: v[name]["by_pairs"][p]["acc"] for p in pairs} for name in v}
+    out = {"recall_acc_attention": pooled_accuracy(acc["attention"][top], items[top],
+                                                   f"attention, P={top} pairs (chance {chance:.3g})")}
     for k in SSM_VARIANTS:
         if k not in v:
             continue
-        out[f"recall_acc_{k}"] = mean_ci(v[k]["by_pairs"][top]["acc"], "acc", f"{k}, P={top} pairs")
-        gap = recall["acc_gap_vs_attention"][k]
-        out[f"recall_gap_{k}"] = mean_ci(gap[top], "acc", f"attention − {k} accuracy per seed, P={top} pairs")
-        out[f"recall_gap_growth_{k}"] = mean_ci([a - b for a, b in zip(gap[top], gap[low])], "acc",
-                                                f"(attention − {k}) at P={top} minus at P={low}, per seed")
+        out[f"recall_acc_{k}"] = pooled_accuracy(acc[k][top], items[top], f"{k}, P={top} pairs")
+        out[f"recall_gap_{k}"] = pooled_difference([acc["attention"][top]], [acc[k][top]], [items[top]] * 2,
+                                                   f"attention − {k} accuracy, P={top} pairs")
+        out[f"recall_gap_growth_{k}"] = pooled_difference(
+            [acc["attention"][top], acc[k][low]], [acc[k][top], acc["attention"][low]],
+            [items[top], items[low], items[top], items[low]],
+            f"(attention − {k}) at P={top} minus at P={low}")
     for k in SSM_VARIANTS:
         if lm and k in lm.get("variants", {}):
             lv = lm["variants"][k]

@@ -13,7 +13,9 @@ from architectures.swin import ShiftedWindowAttention
 from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure
 from claims.probes import PROBES, exponent, local_slope, median_ratio, probe, select, series
-from harness.flops import count_model
+from harness.fake import fake_case
+from harness.flops import count_model, dependency_trace
+from harness.spec import Workload
 from harness.registry import get, resolve
 from reports.frames import peak_flops, rates
 from reports.pareto import Point, dominates, pareto
@@ -24,6 +26,9 @@ TORCHVISION_WEIGHTS = {"resnet50": "ResNet50_Weights.IMAGENET1K_V1",
                        "convnext-tiny": "ConvNeXt_Tiny_Weights.IMAGENET1K_V1",
                        "vit-b16": "ViT_B_16_Weights.IMAGENET1K_V1",
                        "swin-t": "Swin_T_Weights.IMAGENET1K_V1"}
+
+
+TOP1_SOURCE = "torchvision weight metadata, ImageNet-1k top-1 (IMAGENET1K_V1)"
 
 
 def published(arch: str) -> dict[str, Any]:
@@ -278,7 +283,7 @@ def efficient_cnns_on_frontier(by: dict[str, Any]) -> Figure | None:
         reads.append(read_frontier(subject, next(a for a in models if a != subject), top1, lat)[0])
     quoted = ", ".join(f"{a} {top1[a]:g} %" for a in models)
     return Figure(all(f.value for f in reads), all(f.lo for f in reads), all(f.hi for f in reads),  # type: ignore[arg-type]
-                  busy=next((f.busy for f in reads if f.busy), ""),
+                  busy=next((f.busy for f in reads if f.busy), ""), quoted=TOP1_SOURCE,
                   note=f"top-1 QUOTED, not measured here (torchvision weight metadata): {quoted}; batch-1 latency "
                        "measured side by side, read at the ends of each ratio's 95% interval; "
                        + "; ".join(f"{a}: {f.text()}" for a, f in zip(EFFICIENT_CNNS, reads)))
@@ -369,8 +374,8 @@ def _frontier_figures(ev: Evidence, by: dict[str, Any]) -> None:
                                 {a: Figure(m) for a, m in macs.items()})    # type: ignore[arg-type]
         note = (f"{quoted}; MACs counted: " + ", ".join(f"{FRONTIER_MODELS[a]} {m / 1e9:.2f} G"  # type: ignore[operator]
                                                       for a, m in macs.items()) + "; " + frontier_note(macs))  # type: ignore[arg-type]
-        ev.figures["convnext_on_frontier_macs"] = replace(on, note=note)
-        ev.figures["convnext_dominates_vit_macs"] = replace(dom, note=note)
+        ev.figures["convnext_on_frontier_macs"] = replace(on, note=note, quoted=TOP1_SOURCE)
+        ev.figures["convnext_dominates_vit_macs"] = replace(dom, note=note, quoted=TOP1_SOURCE)
     else:
         for f in FRONTIER_FIGURES[:2]:
             ev.unavailable[f] = "the vit_vs_cnn run has no counted MACs for " + ", ".join(
@@ -388,8 +393,8 @@ def _frontier_figures(ev: Evidence, by: dict[str, Any]) -> None:
             + ", ".join(f"{FRONTIER_MODELS[a]} {f.text()}" for a, f in lat.items() if a != "convnext-tiny")
             + f" ({lat['vit-b16'].note}); the interval reads the frontier with each ratio at either end of its "
               "95% interval; " + frontier_note({a: f.value for a, f in lat.items()}))
-    ev.figures["convnext_on_frontier_latency"] = replace(on, note=note)
-    ev.figures["convnext_dominates_vit_latency"] = replace(dom, note=note)
+    ev.figures["convnext_on_frontier_latency"] = replace(on, note=note, quoted=TOP1_SOURCE)
+    ev.figures["convnext_dominates_vit_latency"] = replace(dom, note=note, quoted=TOP1_SOURCE)
 
 
 @probe("convnext", figures=("acc_gap_convnext_vit_s", "macs_ratio_convnext_vit_s", "latency_ratio_convnext_vit_s",
@@ -403,10 +408,12 @@ def convnext(ctx: Context) -> Evidence:
     cn = by.get("convnext-tiny")
     (c_acc, c_src), (s_acc, s_src) = PUBLISHED_TOP1["convnext-tiny"], PUBLISHED_TOP1["vit-s16"]
     ev.figures["acc_gap_convnext_vit_s"] = Figure(c_acc - s_acc, unit="points top-1",
-                                                  note=f"published, not measured: {c_src}; {s_src}")
+                                                  note=f"published, not measured: {c_src}; {s_src}",
+                                                  quoted="Liu et al. 2022 (ConvNeXt) Table 1; Touvron et al. 2021 (DeiT)")
     c, v = published("convnext-tiny"), published("vit-b16")
     ev.figures["acc_gap_convnext_vit"] = Figure(c["acc1"] - v["acc1"], unit="points top-1",
-                                                note=f"torchvision metadata: {c['acc1']} vs {v['acc1']}")
+                                                note=f"torchvision metadata: {c['acc1']} vs {v['acc1']}",
+                                                quoted=TOP1_SOURCE)
     for tag, arch in (("_s", "vit-s16"), ("", "vit-b16")):
         vt = by.get(arch)
         if cn and vt and cn.metric("macs") and vt.metric("macs"):
@@ -423,10 +430,23 @@ def convnext(ctx: Context) -> Evidence:
     return ev
 
 
-@probe("attention_arithmetic", figures=("entries_vit_b16", "kib_vit_b16", "mib_48x16", "gib_pixels_128",
-                                        "entries_swin_56"))
+def vit_score_tensor(arch: str = "vit-b16") -> tuple[int, tuple[int, ...]]:
+    """(bytes, shape) of the score tensor the real ``arch`` writes in its first attention (eager attention, batch
+    1, its own image size, fp32), caught at its first batched matmul as dispatched on fake tensors (no memory)."""
+    model, inputs, mode = fake_case(resolve(arch, attn_impl="eager"), Workload(batch_size=1), torch.device("cpu"))
+    with mode, torch.no_grad():
+        trace = dependency_trace(lambda: model.eval()(*inputs))
+    op = next((o for o in trace.ops if o.name == "aten.bmm"), None)
+    if op is None:
+        raise RuntimeError(f"{arch} dispatched no batched matmul: no score tensor to measure")
+    return op.out_bytes, op.out_shapes[0]
+
+
+@probe("attention_arithmetic", figures=("kib_vit_b16_model", "entries_vit_b16", "kib_vit_b16", "mib_48x16",
+                                        "gib_pixels_128", "entries_swin_56"))
 def attention_arithmetic(ctx: Context) -> Evidence:
-    """The document's attention-matrix arithmetic, redone from the configs' own shapes (fp32 entries)."""
+    """The document's attention-matrix arithmetic, redone from the configs' own shapes (fp32 entries), beside
+    the headline: one head's score tensor as the real ViT-B/16 writes it."""
     vit, swin = get("vit-b16").config, get("swin-t").config
     n = vit.n_patches                                   # 196 patch tokens (the document leaves out [CLS])
     per_head = n * n
@@ -434,6 +454,14 @@ def attention_arithmetic(ctx: Context) -> Evidence:
     pixels = 128 * 128                                  # one token per pixel
     grid = swin.img_size // swin.patch_size             # Swin-T's first-stage grid side
     ev = Evidence()
+    nbytes, shape = vit_score_tensor("vit-b16")
+    heads_dispatched = shape[0]                          # (batch · heads, T, S) at batch 1
+    ev.figures["kib_vit_b16_model"] = Figure(
+        nbytes / heads_dispatched / 2 ** 10, unit="KiB",
+        note=f"the score tensor the real ViT-B/16 writes in its first attention (eager, batch 1, 224², fp32): "
+             f"{shape}, {nbytes:,} B over {heads_dispatched} heads = {shape[1]}×{shape[2]} entries per head "
+             f"({shape[1] * shape[2]:,}: the [CLS] token makes it {shape[1]}², where the document's 14⁴ counts "
+             f"{n}²)")
     ev.figures["entries_vit_b16"] = Figure(float(per_head), unit="entries", note=f"({n} tokens)² per head")
     ev.figures["kib_vit_b16"] = Figure(per_head * 4 / 2 ** 10, unit="KiB", note="fp32")
     ev.figures["mib_48x16"] = Figure(per_head * 4 * layers * heads / 2 ** 20, unit="MiB",

@@ -70,7 +70,8 @@ def lrnet(ctx: Context) -> Evidence:
     rn_acc = published("resnet50")["acc1"]
     ev.figures["acc_gap_lrnet_resnet"] = Figure(
         acc - rn_acc, unit="points top-1",
-        note=f"published, not measured: {src}; ResNet-50 {rn_acc} % (torchvision metadata); different training recipes")
+        note=f"published, not measured: {src}; ResNet-50 {rn_acc} % (torchvision metadata); different training recipes",
+        quoted="Hu et al. 2019 (LR-Net) via Wang et al. 2020 Table 1; torchvision metadata (ResNet-50)")
     ev.chart = Chart("LR-Net-50 vs ResNet-50: batch-1 latency vs image size", "image side (px)", "ms",
                      series([r for r in select(one_dtype(rows), batch_size=1) if r.arch in (LRNET, RESNET)],
                             "img_size", "median_ms"))
