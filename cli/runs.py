@@ -97,8 +97,6 @@ def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | No
     device_list = parse_devices(devices) if devices else ()
     executor_name = pick_executor(executor, address, device_list)
     processes = check_processes(processes, executor_name)
-    if executor_name == "process" and not dry_run:
-        prestart_worker()     # the worker imports torch and the zoo while this loads the suite and calibrates
     plugin_files = load_plugins(plugins)
     pinned = parse_set(sets)
     if device:
@@ -123,6 +121,8 @@ def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | No
     store = Store(store_url)
     if resume:
         check_resume_timing(store.resumable(suite.name, quick), flush_l2)
+    if executor_name == "process" and not no_calibrate:
+        prestart_worker()                # the worker imports torch and the zoo while the run calibrates
     extra = {**({"flush_l2": True} if flush_l2 else {}), **({"energy": True} if energy or require_energy else {})}
     run = Run.open_suite(store, suite, cases, resume=resume, quick=quick, calibrate=not no_calibrate,
                          options={"timeout": timeout, **extra})
