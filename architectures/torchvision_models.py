@@ -7,8 +7,8 @@ the model's default weights, read offline from the weights enum's metadata (``me
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import ModuleType
 
-import torchvision
 from torch import nn
 
 from architectures.inputs import image_inputs
@@ -16,6 +16,11 @@ from harness.errors import BenchInputError
 from harness.quoted import Quoted
 from harness.registry import register_namespace
 from harness.spec import ArchSpec
+
+
+def _torchvision() -> ModuleType:
+    import torchvision               # noqa: PLC0415 — on first use (see the module's docstring)
+    return torchvision
 
 
 @dataclass(frozen=True)
@@ -30,18 +35,20 @@ class TorchvisionConfig:
 
 
 def classification_models() -> list[str]:
+    torchvision = _torchvision()
     return sorted(torchvision.models.list_models(module=torchvision.models))
 
 
 def build(cfg: TorchvisionConfig) -> nn.Module:
     kwargs = {"image_size": cfg.img_size} if cfg.name.startswith("vit_") else {}
-    return torchvision.models.get_model(cfg.name, weights=None, num_classes=cfg.num_classes, **kwargs)
+    return _torchvision().models.get_model(cfg.name, weights=None, num_classes=cfg.num_classes, **kwargs)
 
 
 def quoted_top1(name: str) -> Quoted | None:
     """The published ImageNet-1k top-1 (%) of ``name``'s default weights, from torchvision's own metadata (no
     download), with its source: the torchvision version, the weights and their eval crop. None where
     torchvision publishes none."""
+    torchvision = _torchvision()
     try:
         weights = torchvision.models.get_model_weights(name).DEFAULT
         acc = float(weights.meta["_metrics"]["ImageNet-1K"]["acc@1"])

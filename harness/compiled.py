@@ -11,17 +11,26 @@
   CUDA-graph mode, what the H100 evidence measured (item 8: 7–14x eager at batch 1), and the rung above
   "default" on one ladder: default = fused kernels, cudagraphs = fused kernels without per-kernel launches.
 
-Every mode compiles with ``dynamic=False`` (static shapes: a case measures the kernels for its own sizes, never
-dynamo's symbolic-shape recompile of an earlier case's graph). The compile cache is process-wide: when no model
-this module compiled is still alive, :func:`compile_model` clears dynamo's state (``torch._dynamo.reset()``), so
-each case of a worker compiles from scratch as a user's first call would (inductor's on-disk FX graph cache
-still serves repeated graphs); models of an interleaved group, alive side by side, share it. Dynamo's
-``recompile_limit`` (8 per code object) is kept, but reaching it raises instead of silently running eager.
+Every mode compiles with ``dynamic=False`` (no automatic dynamic shapes: a case measures kernels compiled for
+its own sizes), with one exception, the batch: **a model is compiled once for all its batches**
+(:func:`mark_batch_dynamic`). Before the first call the inputs' batch dimension is marked
+``torch._dynamo.maybe_mark_dynamic`` (batch > 1; dynamo specialises a batch of 1 anyway), so a batch sweep of one
+model compiles one graph generic in the batch — its first batch the size hint — plus one for batch 1 if swept,
+instead of one graph per batch; every other size stays static. The batch is marked in every compiled case, alone
+or in a sweep, so what a case measures does not depend on the cases before it (only the hint does). The compiled
+wrapper is kept with the worker's kept model (:meth:`harness.models.ModelCache.compiled`) and reused by the next
+case that differs only in the batch: that case's warm-up finds the graph and compiles nothing (its ``compile_s``
+is the guard check, near 0). The compile cache is process-wide: when no model this module compiled is still
+alive, :func:`compile_model` clears dynamo's state (``torch._dynamo.reset()``), so a case with other sizes, dtype,
+mode or model compiles from scratch as a user's first call would (inductor's on-disk FX graph cache still serves
+repeated graphs); models of an interleaved group, alive side by side, share it. Dynamo's ``recompile_limit`` (8
+per code object) is kept, but reaching it raises instead of silently running eager.
 
 The counted MACs are the eager model's: the fake pass (harness.runner.fake_pass) never sees the compiled one.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 import weakref
 from collections.abc import Callable
@@ -30,7 +39,7 @@ import torch
 from torch import nn
 
 from harness.errors import BenchInputError
-from harness.spec import COMPILES
+from harness.spec import COMPILES, Workload
 
 # The workload's compile value -> torch.compile's mode.
 TORCH_MODES: dict[str, str] = {"default": "default", "max-autotune": "max-autotune", "cudagraphs": "reduce-overhead"}
@@ -60,6 +69,34 @@ def compile_model(model: nn.Module, compile: str, mode: str) -> nn.Module:
     compiled = torch.compile(model, mode=TORCH_MODES[compile], dynamic=False)
     _alive.add(compiled)
     return compiled
+
+
+def mark_batch_dynamic(inputs: tuple, batch_size: int) -> int:
+    """Mark dimension 0 of each input tensor whose first dimension is ``batch_size`` as dynamic for dynamo
+    (``torch._dynamo.maybe_mark_dynamic``: a hint, never an error if the model specialises it), so one compiled
+    graph serves every batch > 1 of the model. Nothing for batch 1 (dynamo specialises sizes 0 and 1). Returns
+    how many tensors were marked."""
+    if batch_size <= 1:
+        return 0
+    marked = 0
+    for x in inputs:
+        if isinstance(x, torch.Tensor) and x.dim() > 0 and x.shape[0] == batch_size:
+            torch._dynamo.maybe_mark_dynamic(x, 0)
+            marked += 1
+    return marked
+
+
+def compiled_key(w: Workload) -> tuple:
+    """What a compiled wrapper is reused across (with the same model object): the workload but its batch — the
+    compile value, the mode (train/eval), the dtype and every other size, which a static graph specialises on."""
+    return (w.compile, w.mode, dataclasses.replace(w, batch_size=1))
+
+
+def captured_graphs() -> int:
+    """Graphs dynamo has captured so far in this process (a compiled case records how many its warm-up added as
+    ``compile_graphs``: 0 when an earlier batch's graph served it)."""
+    from torch._dynamo.utils import counters
+    return int(counters["stats"]["unique_graphs"])
 
 
 def _compile_events() -> int:

@@ -1,10 +1,11 @@
 """Built models in a worker process: weights initialised cheaply, and the model of the last case kept for the
-next cases that differ only in the workload (:data:`MODELS`). Used by :mod:`harness.runner`."""
+next cases that differ only in the workload (:data:`MODELS`), with its compiled wrapper for the next cases that
+differ only in the batch. Used by :mod:`harness.runner`."""
 from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -136,13 +137,32 @@ class ModelCache:
     """The model built for the last case, kept in this process for the next cases that differ only in the
     workload: a batch or length change reuses it as is, a dtype change casts it (unless another prepared
     case still steps it). At most one is kept; it is dropped as soon as a case needs another model, before
-    that case's fake pass, so memory never holds two. Gradients are dropped on reuse (``fwd_bwd`` leaves them)."""
+    that case's fake pass, so memory never holds two. Gradients are dropped on reuse (``fwd_bwd`` leaves them).
+    With it, at most one compiled wrapper of it (:meth:`compiled`), dropped with it."""
 
     def __init__(self) -> None:
         self.key: tuple | None = None
         self.model: nn.Module | None = None
         self.layout: tuple = ()
         self.hits = 0
+        self.wrapper: tuple[tuple, nn.Module] | None = None    # (harness.compiled.compiled_key, compiled model)
+        self.compile_hits = 0
+
+    def compiled(self, model: nn.Module, key: tuple, make: Callable[[], nn.Module]) -> nn.Module:
+        """``model``'s compiled wrapper for ``key`` (:func:`harness.compiled.compiled_key`: the workload but its
+        batch): the kept one when ``model`` is the kept model and ``key`` is the kept wrapper's, else ``make()``
+        (kept when ``model`` is the kept model). A wrapper for another key is dropped first (and collected), so
+        that :func:`harness.compiled.compile_model` finds nothing compiled alive and starts from a clean cache."""
+        if self.wrapper is not None and model is self.model and self.wrapper[0] == key:
+            self.compile_hits += 1
+            return self.wrapper[1]
+        if self.wrapper is not None:
+            self.wrapper = None
+            gc.collect()              # a compiled wrapper holds reference cycles: free it now, not at some later gc
+        fast = make()
+        if model is self.model:
+            self.wrapper = (key, fast)
+        return fast
 
     def keep_only(self, key: tuple) -> None:
         if self.key is not None and self.key != key:
@@ -150,7 +170,7 @@ class ModelCache:
 
     def clear(self) -> None:
         had = self.model is not None
-        self.key = self.model = None
+        self.key = self.model = self.wrapper = None
         self.layout = ()
         if had:
             release()
@@ -176,7 +196,7 @@ class ModelCache:
         if not users:
             self.clear()                 # free it before the new build (a prepared case may still hold it)
         model = build_model(spec, w, torch.device(w.device))
-        self.key, self.model, self.layout = key, model, _layout(model)
+        self.key, self.model, self.layout, self.wrapper = key, model, _layout(model), None
         return model
 
 

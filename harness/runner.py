@@ -19,7 +19,7 @@ from torch import nn
 
 from harness import flops as flop_counter
 from harness import energy, generation, kernels, memory, registry, training
-from harness.compiled import compile_model, warm_up_compiled
+from harness.compiled import captured_graphs, compile_model, compiled_key, mark_batch_dynamic, warm_up_compiled
 from harness.energy import EnergyConfig
 from harness.env import usable_cores
 from harness.errors import BenchInputError
@@ -229,9 +229,13 @@ def prepare(case: Case, opts: RunOptions, in_use: Sequence[tuple[nn.Module, str]
                 eager_step = step
                 if isinstance(step, generation.Generation):     # the decode step compiled; the prefill eager
                     step = step.with_decode(compile_model(step.decoding, w.compile, "fwd"), compiled=True)
-                else:
-                    step = workload_step(compile_model(model, w.compile, w.mode), inputs, w, w.compile, eager_step)
+                else:       # one compile per model for all its batches (harness.compiled: mark_batch_dynamic)
+                    mark_batch_dynamic(inputs, w.batch_size)
+                    fast = MODELS.compiled(model, compiled_key(w), lambda: compile_model(model, w.compile, w.mode))
+                    step = workload_step(fast, inputs, w, w.compile, eager_step)
+                events = captured_graphs()
                 metrics["compile_s"] = warm_up_compiled(step, device, w.compile)
+                metrics["compile_graphs"] = float(captured_graphs() - events)    # 0: an earlier batch's graph served
         return Prepared(case, spec, metrics, config, note, t0, model, inputs, step, eager_step)
     except Exception as exc:  # noqa: BLE001 — a case's failure is a result, the sweep goes on
         return failed_record(case, exc, opts, config=config, metrics=metrics, duration_s=time.perf_counter() - t0)

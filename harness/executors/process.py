@@ -12,6 +12,7 @@ import ctypes
 import dataclasses
 import logging
 import multiprocessing as mp
+import multiprocessing.spawn as spawn
 import signal
 import sys
 import time
@@ -27,6 +28,7 @@ from harness.records import CaseRecord
 from harness.spec import Case
 
 _CTX = mp.get_context("spawn")   # never fork: CUDA and OpenMP state do not survive it
+WORKER_NAME = "bench-worker"
 _START_TIMEOUT_S = 120.0
 log = logging.getLogger("bench")
 
@@ -55,6 +57,27 @@ def _worker(conn: Connection) -> None:
         conn.send(run_group(what, opts) if isinstance(what, list) else run_case(what, opts))
 
 
+def skip_main_in_workers() -> None:
+    """From now on a spawned bench worker (a process named :data:`WORKER_NAME`) does not re-run this process's
+    ``__main__``, as spawn otherwise does: for the ``bench`` command that is its console script, whose import is
+    the whole command line (pandas, matplotlib, scipy, the reports): seconds of a worker's start for nothing it
+    uses — a worker runs :func:`_worker`, the registry's zoo and the ``--plugin`` files only. Called by the command
+    line (``cli.app``); a script that registers architectures in its own ``__main__`` and spawns workers through
+    the Python API keeps spawn's behaviour. Other processes keep it too. Idempotent."""
+    if getattr(spawn.get_preparation_data, "bench_skips_main", False):
+        return
+    prepare = spawn.get_preparation_data
+
+    def preparation_data(name: str) -> dict:
+        data = prepare(name)
+        if name == WORKER_NAME:
+            data.pop("init_main_from_path", None)
+            data.pop("init_main_from_name", None)
+        return data
+    preparation_data.bench_skips_main = True            # type: ignore[attr-defined]
+    spawn.get_preparation_data = preparation_data
+
+
 _prestarted: list[tuple[mp.process.BaseProcess, Connection]] = []
 
 
@@ -65,7 +88,7 @@ def prestart() -> None:
     if _prestarted:
         return
     parent, child = _CTX.Pipe()
-    proc = _CTX.Process(target=_worker, args=(child,), daemon=True, name="bench-worker")
+    proc = _CTX.Process(target=_worker, args=(child,), daemon=True, name=WORKER_NAME)
     proc.start()
     child.close()
     _prestarted.append((proc, parent))
@@ -91,7 +114,7 @@ class ProcessExecutor:
             self.proc, parent = _prestarted.pop()
         else:
             parent, child = _CTX.Pipe()
-            self.proc = _CTX.Process(target=_worker, args=(child,), daemon=True, name="bench-worker")
+            self.proc = _CTX.Process(target=_worker, args=(child,), daemon=True, name=WORKER_NAME)
             self.proc.start()
             child.close()
         self.conn = parent
