@@ -90,3 +90,68 @@ def test_c09_the_window_that_sees_every_key_beats_uniform_measured():
     assert short["approx_vs_uniform_window"].value < 1e-4
     assert check(rule, short["approx_vs_uniform_window"]).status == "pass"
     assert short["power_approx_vs_uniform_window"].value >= 0
+
+
+# -- C05: like for like, at every n < d -------------------------------------------------------------
+def _layer_rows(att_ms: dict[int, float], lstm_ms: dict[int, float], d: int = 256) -> list:
+    """attention-layer and lstm-small records at width d, timed side by side (one group per n), with the
+    counted MACs of the two layers' formulas (the probe reads the stored counts)."""
+    from harness.records import CaseRecord
+    rows = []
+    for n in sorted(att_ms):
+        for arch, ms, macs in (("attention-layer", att_ms[n], 4 * n * d * d + 2 * n * n * d),
+                               ("lstm-small", lstm_ms[n], 8 * n * d * d)):
+            drift = (1.0, 1.02, 0.98, 1.01, 0.99, 1.0, 1.03, 0.97)
+            rows.append(CaseRecord(f"{arch}-{n}", "s", arch, arch, "ok", config={"d_model": d},
+                                   workload={"seq_len": n}, metrics={"median_ms": ms, "macs": float(macs)},
+                                   samples_s=tuple(ms / 1e3 * x for x in drift for _ in range(3)), run_id="r",
+                                   rounds=(3,) * len(drift), group=f"g{n}"))
+    return rows
+
+
+def test_c05_central_rule_tests_every_n_below_d_and_fails_when_attention_is_slower():
+    from claims.probes import cost
+    ns = (32, 64, 128, 256, 512)
+    fast = _layer_rows({n: 0.5 * n / 256 + 0.1 for n in ns}, {n: 2.0 * n / 256 for n in ns})
+    slow_at_half_d = _layer_rows({n: (3.0 if n == 128 else 0.1) for n in ns}, {n: 2.0 * n / 256 for n in ns})
+    rule = _rule("C05", "latency_ratio_max_below_d")
+    assert rule.central and rule.test == "at_most" and rule.hi == 1.0
+    macs, lat = cost.worst_below_d(fast, ds=(256,))
+    assert macs.value == pytest.approx(0.5 + 128 / (4 * 256)) and macs.n == 3      # n = 32, 64, 128 (< d)
+    assert lat.has_interval and lat.value < 1 and check(rule, lat).status == "pass"
+    assert check(_rule("C05", "mac_ratio_max_below_d"), macs).status == "pass"
+    _, slow = cost.worst_below_d(slow_at_half_d, ds=(256,))
+    assert slow.value > 1 and "n=128" in slow.note and check(rule, slow).status == "fail"
+    assert cost.ratio_resolution(slow).value >= 1.0
+
+
+def test_c05_a_crossing_interval_below_d_fails_the_claim():
+    """Old rule: within [0.5, 2.5], so [0, 0.5] straddled ('undecided'); the claim needs the crossing ≥ d."""
+    from claims.probes import cost
+    below = cost.smaller_crossing({256: (0.0, [], [0.5, 1.0, 2.0])})          # slower already at n = d/2
+    assert (below.lo, below.hi) == (0.0, 0.5)
+    assert check(_rule("C05", "measured_crossover"), below).status == "fail"
+    beyond = cost.smaller_crossing({256: (math.inf, [], [0.5, 1.0, 2.0])})    # faster at every n measured
+    assert beyond.lo == 2.0 and beyond.hi == math.inf
+    assert check(_rule("C05", "measured_crossover"), beyond).status == "pass"
+
+
+def test_c05_counted_crossing_rule_is_not_a_window_around_the_known_answer():
+    """The counted crossing of the attention sublayer and an LSTM layer is 2·d; the old central rule
+    was a window [1, 4]·d built around it. Now it is a side rule that the crossing lies at or beyond d, and a
+    recurrent layer cheaper than attention below d (a counted crossing at d/2) fails it."""
+    rule = _rule("C05", "mac_crossover_layer")
+    assert not rule.central and rule.test == "at_least" and rule.lo == 1.0
+    assert check(rule, Figure(0.5, 0.45, 0.55, "× d")).status == "fail"
+    claim = _claim("C05")
+    central = next(r for r in claim.rules if r.central)
+    assert central.figure == "latency_ratio_max_below_d"
+    from claims.probes import cost
+    rows = _layer_rows({n: 0.1 for n in (32, 64, 128, 256, 512)}, {n: 2.0 for n in (32, 64, 128, 256, 512)})
+    macs, lat = cost.worst_below_d(rows, ds=(256,))
+    figs = {"latency_ratio_max_below_d": lat, "mac_ratio_max_below_d": macs,
+            "measured_crossover": cost.smaller_crossing({256: (math.inf, [], [0.125, 2.0])}),
+            "mac_crossover_layer": Figure(2.0, 1.9, 2.1, "× d")}
+    assert decide(claim, Evidence(figures=figs)).verdict == "supported"
+    figs["latency_ratio_max_below_d"] = Figure(1.5, 1.3, 1.7, "×")
+    assert decide(claim, Evidence(figures=figs)).verdict == "contradicted"
