@@ -122,7 +122,7 @@ def _small_vision(gap_at: dict[str, float], swin: float = 0.75, vit_small: float
     vit = {n: [c - gap_at[n] + e for c, e in zip(cnn[n], (0.0, 0.005, -0.005))] for n in sizes}
     vit[sizes[0]] = [vit_small + e for e in (0.0, 0.005, -0.005)] if vit_small is not None else vit[sizes[0]]
     gap = {n: [c - v for c, v in zip(cnn[n], vit[n])] for n in sizes}
-    return {"datasets": {"digits": {"subsets": [int(n) for n in sizes], "chance": 0.1, "gap": gap,
+    return {"datasets": {"digits": {"subsets": [int(n) for n in sizes], "chance": 0.1, "gap": gap, "test_size": 540,
                                     "acc": {"cnn": cnn, "vit": vit, "swin": {sizes[0]: [swin] * 3}}}}}
 
 

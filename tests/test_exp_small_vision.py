@@ -74,7 +74,8 @@ def test_vit_and_cnn_macs_matched(setup):
 
 
 TINY = dataclasses.replace(sv.QUICK, digits_subsets=(20, 40), shapes_subsets=(12, 24), shapes_test=30,
-                           shapes_img=16, batch=8, min_steps=2, max_steps=2)
+                           shapes_img=16, batch=8, min_steps=2, max_steps=2, datasets=("digits", "shapes"),
+                           extra_seeds=0)
 
 
 def test_tiny_run_structure_and_determinism():

@@ -163,15 +163,16 @@ def _rec(arch: str, n: int, ms: float, peak: float = 1.0, macs: float = 1.0, bat
                       workload={"seq_len": n, "batch_size": batch}, metrics=metrics, samples_s=samples)
 
 
-def _suite(ssm_power: float) -> list[CaseRecord]:
-    """Exact attention ∝ n² (eager) / n^1.8 time (SDPA), the SSMs ∝ n^ssm_power, plus decode lines."""
+def _suite(ssm_power: float, ssm_peak: float = 5e4) -> list[CaseRecord]:
+    """Exact attention ∝ n² (eager) / n^1.8 time (SDPA), the SSMs ∝ n^ssm_power (activation peak
+    ``ssm_peak``·k^ssm_power against SDPA's 1e5·k), plus decode lines."""
     rows = []
     for n in (1024, 2048, 4096, 8192, 16384):
         k = n / 1024
         rows.append(_rec("lra-exact", n, 10 * k ** 2, peak=1e6 * k ** 2, macs=1e9 * k ** 2, attn_impl="eager"))
         rows.append(_rec("lra-exact", n, 8 * k ** 1.8, peak=1e5 * k, macs=1e9 * k ** 2, attn_impl="sdpa"))
         for arch, _ in probe.SSM_ARCHS.values():
-            rows.append(_rec(arch, n, 20 * k ** ssm_power, peak=2e5 * k ** ssm_power, macs=5e8 * k ** ssm_power))
+            rows.append(_rec(arch, n, 20 * k ** ssm_power, peak=ssm_peak * k ** ssm_power, macs=5e8 * k ** ssm_power))
         rows.append(_rec(probe.SSM_DECODE, n, 1.0, batch=8, analytic_state_bytes=4096.0, kind="mamba"))
         rows.append(_rec(probe.SSM_DECODE, n, 3.0 * k, batch=8, analytic_state_bytes=8192.0, kind="s4d"))
         rows.append(_rec(probe.ATTN_DECODE, n, 0.5 * k ** 0.5, batch=8, use_cache=True, n_kv_heads=8,

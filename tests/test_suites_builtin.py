@@ -56,6 +56,8 @@ PINNED_CPU_KEYS = {
     ("attention_core", True): (28, "2050356d5333e8be"),
     ("attention_scaling", False): (60, "9579cbe9aa338783"),
     ("attention_scaling", True): (30, "c45751620d9dc48b"),
+    ("attention_vs_lstm", False): (28, "6c90a7a0bd7be93c"),
+    ("attention_vs_lstm", True): (24, "98fab369cebae08a"),
     ("ci", False): (6, "96057a1d6d0ded0c"),
     ("ci", True): (6, "96057a1d6d0ded0c"),
     ("heads", False): (7, "accde2789074dd7b"),

@@ -20,6 +20,7 @@ from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure
 from claims.probes import (at, built_params, busy_reason, exponent, interleaved, median_ratio, probe, ratio_figure,
                            select, series)
+from claims.probes.power import ratio_resolution
 from harness import memory, registry
 from harness.fake import fake_case, new_fake_mode
 from harness.flops import FlopCount, count_flops, count_model, dependency_trace
@@ -469,8 +470,9 @@ def smaller_crossing(results: dict[int, tuple[float, list[float], list[float]]],
                       f"already at the smallest n measured (n/d = {xs[0]:.3g}): the crossing lies at or below it",
                       busy=busy)
     if math.isinf(point):
-        return Figure(float("nan"), unit="× d", note="the attention layer is faster than the LSTM layer at every n "
-                      "measured: the crossing lies beyond the largest n/d of the sweep")
+        return Figure(xs[-1], xs[-1], math.inf, "× d", f"d={d}: the attention layer is faster than the LSTM layer "
+                      f"at every n measured: the crossing lies beyond the largest n/d of the sweep ({xs[-1]:.3g}), "
+                      "its interval [that, ∞)", busy=busy)
     boot = np.min(np.array([r[1] for r in results.values()]), axis=0)
     # no interpolation: a replicate that never crosses (inf) makes that side unbounded, never NaN
     lo, hi = (float(np.quantile(boot, q, method="inverted_cdf")) for q in (0.025, 0.975))
@@ -480,26 +482,74 @@ def smaller_crossing(results: dict[int, tuple[float, list[float], list[float]]],
                   "timed side by side, else of one run's samples", len(boot), busy=busy)
 
 
-@probe("crossover", figures=("mac_crossover_layer", "mac_crossover_core", "measured_crossover"))
+CROSSOVER_SUITE = "attention_vs_lstm"     # one attention sublayer vs one LSTM layer, timed side by side
+CROSSOVER_DS = (256, 512)
+
+
+def below_d_pairs(rows: Sequence[CaseRecord], d: int) -> list[tuple[int, CaseRecord, CaseRecord]]:
+    """(n, attention sublayer, LSTM layer) at every n < d where both ran ok at width d."""
+    att = {r.value("seq_len"): r for r in select(rows, arch="attention-layer", d_model=d)}
+    rnn = {r.value("seq_len"): r for r in select(rows, arch="lstm-small", d_model=d)}
+    return [(n, att[n], rnn[n]) for n in sorted(set(att) & set(rnn)) if n < d]
+
+
+def worst_below_d(rows: Sequence[CaseRecord], ds: Sequence[int] = CROSSOVER_DS) -> tuple[Figure, Figure]:
+    """For every n < d measured (each d of ``ds``): attention's cost over the LSTM layer's, and the worst (largest)
+    — (counted MACs: exact, no interval; latency: each point's paired ratio, the worst point's value with the
+    largest lower and upper ends over the points, so the figure is ≤ 1 over its whole interval exactly when every
+    point's interval is, and above 1 when any point's is)."""
+    macs, times = [], []
+    for d in ds:
+        for n, a, r in below_d_pairs(rows, d):
+            if a.metric("macs") and r.metric("macs"):
+                macs.append((a.metric("macs") / r.metric("macs"), n, d))
+            times.append((median_ratio(a, r, f"attention sublayer / LSTM layer latency, d={d}, n={n}"), n, d))
+    if not macs:
+        mac_fig = Figure(float("nan"), unit="×", note=f"no n < d with both layers counted (d ∈ {list(ds)})")
+    else:
+        worst, n, d = max(macs)
+        mac_fig = Figure(worst, unit="×", n=len(macs), note=(
+            f"largest counted-MAC ratio attention sublayer / LSTM layer over every n < d measured ({len(macs)} "
+            f"points, d ∈ {list(ds)}): at d={d}, n={n} (4·n·d² + 2·n²·d against 8·n·d² reads 0.5 + n/(4d))"))
+    ok = [(f, n, d) for f, n, d in times if not math.isnan(f.value)]
+    if not ok:
+        return mac_fig, Figure(float("nan"), unit="×", note=f"no n < d with both layers timed (d ∈ {list(ds)})")
+    worst_f, n, d = max(ok, key=lambda t: t[0].value)
+    los = [f.lo if f.has_interval else f.value for f, _, _ in ok]
+    his = [f.hi if f.has_interval else f.value for f, _, _ in ok]
+    busy = next((f.busy for f, _, _ in ok if f.busy), "")
+    per = "; ".join(f"d={d_}, n={n_}: {f.text()}" for f, n_, d_ in ok)
+    lat_fig = Figure(worst_f.value, max(los), max(his), "×", (
+        f"largest latency ratio attention sublayer / LSTM layer over every n < d measured ({len(ok)} points, "
+        f"each a paired ratio with its 95% interval; the figure's ends are the largest ends): worst at d={d}, "
+        f"n={n}. {per}"), len(ok), busy=busy)
+    return mac_fig, lat_fig
+
+
+@probe("crossover", figures=("mac_crossover_layer", "mac_crossover_core", "measured_crossover",
+                             "mac_ratio_max_below_d", "latency_ratio_max_below_d", "power_latency_ratio_max_below_d"))
 def crossover(ctx: Context) -> Evidence:
-    """n/d where self-attention stops being cheaper than an LSTM layer: from counted MACs (attention
-    sublayer and core vs one LSTM layer counted step by step) and on this machine's latency
-    (rnn_vs_attention: an lra-exact encoder layer vs an LSTM layer)."""
-    run, rows = ctx.suite("rnn_vs_attention")
+    """C05, like for like: one self-attention sublayer (projections + core) against one LSTM layer
+    (suite attention_vs_lstm), counted and timed side by side at every n < d; where the latency and the
+    counted MACs cross (n/d), the latter also on a fine grid of counted MACs (d = 32)."""
+    run, rows = ctx.suite(CROSSOVER_SUITE)
     ev = Evidence(sources=[run.id])
     macs = mac_crossovers()
     ev.figures["mac_crossover_layer"], ev.figures["mac_crossover_core"] = macs["layer"], macs["core"]
+    mac_fig, lat_fig = worst_below_d(rows)
+    ev.figures["mac_ratio_max_below_d"] = mac_fig
+    ev.figures["latency_ratio_max_below_d"] = lat_fig
+    ev.figures["power_latency_ratio_max_below_d"] = ratio_resolution(lat_fig, "the central latency rule")
     results = {}
-    for dm in (256, 512):
-        att, rnn = select(rows, arch="lra-exact", d_model=dm), select(rows, arch="lstm-small", d_model=dm)
+    for dm in CROSSOVER_DS:
+        att, rnn = select(rows, arch="attention-layer", d_model=dm), select(rows, arch="lstm-small", d_model=dm)
         results[dm] = latency_crossover(att, rnn, dm)
         ev.notes.append(f"latency, d={dm}: crossing at n/d = {results[dm][0]:.3g} (0: attention slower already at "
                         f"the smallest n; inf: faster at every n) over n/d = {[round(x, 3) for x in results[dm][2]]}")
-    timed = [r for r in rows if r.arch in ("lra-exact", "lstm-small")]
+    timed = [r for r in rows if r.arch in ("attention-layer", "lstm-small")]
     ev.figures["measured_crossover"] = smaller_crossing(results, busy_reason(timed))
-    ev.chart = Chart("latency: self-attention vs LSTM", "sequence length n", "ms",
-                     {k: v for k, v in series(rows, "seq_len", "median_ms").items()
-                      if k.startswith(("lstm", "attention"))}, x_log=True, y_log=True)
+    ev.chart = Chart("latency: one self-attention sublayer vs one LSTM layer", "sequence length n", "ms",
+                     series(rows, "seq_len", "median_ms"), x_log=True, y_log=True)
     return ev
 
 

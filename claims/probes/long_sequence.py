@@ -14,6 +14,7 @@ from architectures.layers.efficient import approximation_error
 from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure, mean_ci
 from claims.probes import at, exponent, median_ratio, probe, ratio_figure, select, series
+from claims.probes.power import diff_resolution
 from harness.records import CaseRecord
 from harness.registry import resolve
 
@@ -26,7 +27,9 @@ ERRORS = (*EFFICIENT, "uniform")
 
 FIGURES = (tuple(f"{m}_exp_{k}" for k in (*EXACT, *EFFICIENT) for m in ("latency", "memory"))
            + ("memory_saving_best", "memory_saving_vs_sdpa", "latency_saving_vs_sdpa")
-           + tuple(f"approx_error_{k}" for k in ERRORS))
+           + tuple(f"approx_error_{k}" for k in ERRORS)
+           + tuple(f"{p}approx_vs_uniform_{k}" for k in EFFICIENT for p in ("", "power_")))
+CLEARLY_BETTER = 0.5                       # "good": at most half the error of uniform attention (the rule's bar)
 
 
 @probe("long_sequence", figures=FIGURES)
@@ -108,6 +111,26 @@ def approximation_errors(n: int = ERROR_N, seeds: Sequence[int] = ERROR_SEEDS) -
             errors[k].append(approximation_error(variant, exact, x))
     what = {"uniform": "uniform attention (mean of v)"} | {k: f"{k} ({resolve(a).description.split(', ')[-1]})"
                                                            for k, a in EFFICIENT.items()}
-    return {f"approx_error_{k}": mean_ci(v, "rel. error", f"‖{what[k]} − exact‖/‖exact‖, n={n}, d=256, h=4, "
-                                                         f"random weights and inputs, {len(v)} seeds")
-            for k, v in errors.items()}
+    out = {f"approx_error_{k}": mean_ci(v, "rel. error", f"‖{what[k]} − exact‖/‖exact‖, n={n}, d=256, h=4, "
+                                                        f"random weights and inputs, {len(v)} seeds")
+           for k, v in errors.items()}
+    out.update(against_uniform(errors, n))
+    return out
+
+
+def against_uniform(errors: dict[str, list[float]], n: int = ERROR_N) -> dict[str, Figure]:
+    """Each approximation's error over uniform attention's, per seed (the same weights and inputs: paired), mean
+    with a t-interval: uniform attention knows nothing about the input (every key weighted 1/n), so an
+    approximation is worth its name only when this ratio is clearly below 1 (the rule: ≤ CLEARLY_BETTER over
+    the whole interval). ``power_…``: the interval's half-width, the smallest effect the rule could have seen."""
+    base = errors["uniform"]
+    out: dict[str, Figure] = {}
+    for k in EFFICIENT:
+        if k not in errors:
+            continue
+        ratio = mean_ci([e / u for e, u in zip(errors[k], base)], "× uniform's error",
+                        f"‖{k} − exact‖ / ‖uniform − exact‖ per seed (same weights and inputs), n={n}, "
+                        f"{len(base)} seeds; uniform's own error {sum(base) / len(base):.3g}")
+        out[f"approx_vs_uniform_{k}"] = ratio
+        out[f"power_approx_vs_uniform_{k}"] = diff_resolution(ratio, f"the {k} rule")
+    return out
