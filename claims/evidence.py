@@ -101,7 +101,7 @@ class Context:
         else:
             log.info("claims: reusing run %s of %s", run.id, name)
         keys = {c.key for c in cases}
-        result = (run, [r for r in self.store.records(run.id) if r.key in keys])
+        result = (run, [r for r in self.store.records(run.id) if r.case_key in keys])
         self._suites[key] = result
         self.pieces[f"suite {suite.name}"] = {"seconds": time.perf_counter() - t0, "reused": reused,
                                               "cases": len(cases), "run": run.id}

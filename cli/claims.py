@@ -138,10 +138,10 @@ def list_claims(chosen: list[Claim], store_url: str | None, quick: bool, fresh: 
     per, total, unknown = estimate(chosen, ctx, device)
     for c in chosen:
         out.print(f"{c.id}  {c.title}  [bold]{minutes(per[c.id])}[/]  "
-                  f"[dim]({c.probe}: {', '.join(c.needs) or 'computed directly'})[/]", highlight=False)
+                  f"[dim]({c.probe}: {', '.join(c.needs) or 'computed directly'})[/]", highlight=False, soft_wrap=True)
     size = "--quick sizes" if quick else "full sizes (the table's seconds are --quick's: a lower bound)"
     stored = sorted({p.name for ps in per.values() for p in ps if p.source == "stored"})
-    out.print(f"estimated {total / 60:.1f} min for {len(chosen)} claims at {size}, each suite and experiment "
+    err.print(f"estimated {total / 60:.1f} min for {len(chosen)} claims at {size}, each suite and experiment "
               f"counted once" + (f"; {len(stored)} reused from the store ({', '.join(stored)})" if stored else "")
               + (f"; no estimate for {', '.join(unknown)}" if unknown else "")
               + f" — seconds from {TIMINGS.name} (measured on a 2-core CPU, see its header) and the store",
