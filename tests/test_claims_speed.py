@@ -174,3 +174,37 @@ def test_timings_in_the_claims_json_context(tmp_path):
     pieces = json.loads(out.with_suffix(".json").read_text())["context"]["pieces"]
     assert set(pieces) == {"probe qk_macs", "probe attention_arithmetic"}
     assert all(p["seconds"] >= 0 and p["reused"] is False for p in pieces.values())
+
+
+def test_kv_heads_mha_and_causal_share_one_training(monkeypatch):
+    """causal's masked decoder is kv_heads' MHA (same config, seed, data and loop): trained once per process, with
+    results identical to training it twice."""
+    import dataclasses
+
+    from claims.experiments import causal, kv_heads, lm_train
+
+    def tiny(mod):
+        return dataclasses.replace(mod.QUICK, steps=2, warmup=1, batch=2, seq_len=16, eval_windows=4, eval_batch=4,
+                                   corpus_bytes=100_000, d_model=32,
+                                   **({"prefixes": 4} if mod is causal else {}))
+
+    trained = []
+    real = lm_train.train_lm
+    monkeypatch.setattr(lm_train, "train_lm", lambda *a, **k: trained.append(1) or real(*a, **k))
+    monkeypatch.setattr(lm_train, "TRAINED", {})
+
+    def clean(r):
+        r = json.loads(json.dumps(r))
+        r["scale"].pop("wall_seconds")
+        for m in r["models"].values():
+            m.pop("train_seconds")
+        return r
+
+    kv_heads.EXPERIMENT.run(seeds=(0,), setup=tiny(kv_heads))
+    shared = clean(causal.EXPERIMENT.run(seeds=(0,), setup=tiny(causal)))
+    assert len(trained) == 3 + 1                                   # MHA, GQA-2, MQA; then only causal's no_mask
+    lm_train.TRAINED.clear()
+    alone = clean(causal.EXPERIMENT.run(seeds=(0,), setup=tiny(causal)))
+    assert len(trained) == 4 + 2 and shared == alone
+    assert lm_train.shared_key(d_model=128, n_heads=8, n_kv_heads=8) == lm_train.shared_key(d_model=128, n_heads=8)
+    assert lm_train.shared_key(n_heads=8, n_kv_heads=2) != lm_train.shared_key(n_heads=8)
