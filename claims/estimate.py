@@ -114,3 +114,34 @@ def minutes(pieces: list[Piece]) -> str:
     if any(p.seconds is None for p in pieces):
         return f"≥ {known / 60:.1f} min (no estimate for {', '.join(p.name for p in pieces if p.seconds is None)})"
     return f"~{known / 60:.1f} min"
+
+
+def table_from_run(doc: dict[str, Any], note: str = "") -> str:
+    """claims/timings.toml's text from a claims run's JSON (``context.pieces``): the seconds of every piece that
+    run measured (reused pieces took no time there and are left out), with where they came from."""
+    ctx = doc.get("context") or {}
+    pieces = ctx.get("pieces") or {}
+    env = (doc.get("env") or {}).get("hard") or {}
+    lines = [
+        "# Seconds each piece of `bench claims` takes, for `bench claims --list` (claims/estimate.py). DATA written by",
+        "# `python -m claims.estimate CLAIMS.json` from a claims run's context.pieces (what each suite, experiment and",
+        "# probe's own computation took in that run); pieces that run reused from the store are not in it.",
+        f"# Run: quick={ctx.get('quick')}, threads {ctx.get('threads')}, seeds {ctx.get('seeds')}, "
+        f"{ctx.get('wall_s', 0) / 60:.1f} min wall; cpu {env.get('cpu', '?')}, torch {env.get('torch', '?')}.",
+    ]
+    if note:
+        lines += [f"# {line}" for line in note.splitlines()]
+    for kind in ("probe", "suite", "experiment"):
+        lines += ["", f"[{kind}]"]
+        for name, p in sorted(pieces.items()):
+            k, _, what = name.partition(" ")
+            if k == kind and not p.get("reused"):
+                lines.append(f'"{what}" = {float(p["seconds"]):.1f}')
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":          # python -m claims.estimate results/claims.json [NOTE] > claims/timings.toml
+    import json
+    import sys
+
+    print(table_from_run(json.loads(Path(sys.argv[1]).read_text(encoding="utf-8")), " ".join(sys.argv[2:])), end="")

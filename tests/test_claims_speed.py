@@ -208,3 +208,16 @@ def test_kv_heads_mha_and_causal_share_one_training(monkeypatch):
     assert len(trained) == 4 + 2 and shared == alone
     assert lm_train.shared_key(d_model=128, n_heads=8, n_kv_heads=8) == lm_train.shared_key(d_model=128, n_heads=8)
     assert lm_train.shared_key(n_heads=8, n_kv_heads=2) != lm_train.shared_key(n_heads=8)
+
+
+def test_the_table_is_refreshed_from_a_runs_pieces(tmp_path):
+    from claims.estimate import table_from_run
+    doc = {"context": {"quick": True, "threads": 2, "seeds": [0], "wall_s": 60.0,
+                       "pieces": {"suite heads": {"seconds": 42.04, "reused": False},
+                                  "suite kv_cache": {"seconds": 0.2, "reused": True},
+                                  "probe heads": {"seconds": 1.25, "reused": False},
+                                  "experiment claims_generation": {"seconds": 7.0, "reused": False}}},
+           "env": {"hard": {"cpu": "x", "torch": "2"}}}
+    path = tmp_path / "t.toml"
+    path.write_text(table_from_run(doc, "measured on a test"))
+    assert load_timings(path) == {"suite heads": 42.0, "probe heads": 1.2, "experiment claims_generation": 7.0}
