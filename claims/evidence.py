@@ -22,6 +22,7 @@ from harness.records import CaseRecord, RunRecord
 from harness.run import Run, run_options
 from harness.store import Store
 from harness.suite import load_suite
+from claims.reads import reads_of
 
 log = logging.getLogger("bench")
 EXPERIMENTS = Path(__file__).with_name("experiments")
@@ -55,6 +56,7 @@ class Context:
     _experiments: dict[str, dict[str, Any]] = field(default_factory=dict)
     _experiment_provenance: dict[str, dict[str, Any]] = field(default_factory=dict)
     provenance: list[dict[str, Any]] = field(default_factory=list)   # one entry per suite/experiment use
+    pieces: dict[str, dict[str, Any]] = field(default_factory=dict)  # "suite X" / "experiment Y" -> seconds, reused
 
     @property
     def used(self) -> list[str]:
@@ -82,12 +84,15 @@ class Context:
         if key in self._suites:
             self.provenance.append(self._run_provenance(*self._suites[key]))
             return self._suites[key]
-        suite = load_suite(name, quick=self.quick, sets=dict(sets))
-        run = None if self.fresh else self._stored_run(suite.name, sets, {c.key for c in suite.cases})
+        t0 = time.perf_counter()
+        suite, cases, reads = self.plan_suite(name, sets)
+        run = None if self.fresh else self.stored_suite(suite.name, sets, {c.key for c in cases}, reads.peak)
+        reused = run is not None
         if run is None:
-            cases = list(suite.cases)
-            log.info("claims: measuring suite %s%s (%d cases)", name, f" with {sets}" if sets else "", len(cases))
-            with Run.open_suite(self.store, suite, cases, quick=self.quick, calibrate=self.calibrate,
+            left = len(suite.cases) - len(cases)
+            log.info("claims: measuring suite %s%s (%d cases%s)", name, f" with {sets}" if sets else "", len(cases),
+                     f"; {left} that no rule reads left out: claims/reads.toml" if left else "")
+            with Run.open_suite(self.store, suite, cases, quick=self.quick, calibrate=self.calibrate and reads.peak,
                                 options={"sets": sets, "by": "bench claims", "interleave": True,
                                          **({"processes": self.processes} if self.processes > 1 else {})}) as opened:
                 opened.execute(self.executor, run_options(self.quick, interleave=True, processes=self.processes),
@@ -95,10 +100,21 @@ class Context:
             run = opened.record()
         else:
             log.info("claims: reusing run %s of %s", run.id, name)
-        result = (run, self.store.records(run.id))
+        keys = {c.key for c in cases}
+        result = (run, [r for r in self.store.records(run.id) if r.case_key in keys])
         self._suites[key] = result
+        was = self.pieces.get(f"suite {suite.name}", {"seconds": 0.0, "reused": True, "cases": 0})
+        self.pieces[f"suite {suite.name}"] = {       # a suite run at two --set (C23's compile modes): their sum
+            "seconds": was["seconds"] + time.perf_counter() - t0, "reused": was["reused"] and reused,
+            "cases": was["cases"] + len(cases), "run": run.id}
         self.provenance.append(self._run_provenance(*result))
         return result
+
+    def plan_suite(self, name: str, sets: dict[str, Any]) -> tuple[Any, list[Any], Any]:
+        """Suite ``name`` at this size with ``sets``, the cases some rule reads (claims/reads.toml) and those reads."""
+        suite = load_suite(name, quick=self.quick, sets=dict(sets))
+        reads = reads_of(suite.name)
+        return suite, [c for c in suite.cases if reads.keeps(c)], reads
 
     @staticmethod
     def _run_provenance(run: RunRecord, records: list[CaseRecord]) -> dict[str, Any]:
@@ -108,19 +124,29 @@ class Context:
                 "dirty": (run.env.get("soft") or {}).get("dirty"), "torch": run.hard_env.get("torch"),
                 "device": ", ".join(devices) or "cpu"}
 
-    def _stored_run(self, suite: str, sets: dict[str, Any], keys: set[str]) -> RunRecord | None:
-        """A finished run of ``suite`` at this size with exactly these cases (a suite file that
-        changed since is measured again), timed side by side, on this hard environment."""
+    def stored_suite(self, suite: str, sets: dict[str, Any], keys: set[str], peak: bool = False) -> RunRecord | None:
+        """A finished run of ``suite`` at this size that holds every case of ``keys`` (a suite file that changed
+        since is measured again; a run with more cases serves too), timed side by side, on this hard environment,
+        with a calibrated peak when a rule reads it (``peak``)."""
         hard = self.hard_env()
         for run in self.store.list_runs(suite):
             if (run.status == "done" and run.quick == self.quick and run.options.get("sets") == sets
                     and run.options.get("interleave") and run.options.get("processes", 1) == self.processes
-                    and run.stored == run.n_cases and run.hard_env == hard
-                    and self.store.stored_keys(run.id) == keys):
+                    and run.stored == run.n_cases and run.hard_env == hard and (run.peak or not peak)
+                    and keys <= self.store.stored_keys(run.id)):
                 return run
         return None
 
     # -- experiments -----------------------------------------------------------------------
+    def stored_experiment(self, module: str) -> dict[str, Any] | None:
+        """The stored result of experiment ``module`` this context would reuse: same size, seeds and hard
+        environment, trained by this checkout's experiment code."""
+        row = self.store.find_experiment(module, self.quick, list(self.seeds), self.hard_env())
+        if row is not None and row["result"].get("code_hash") != experiments_code_hash():
+            log.info("claims: the stored %s was trained by other experiment code: training it again", module)
+            return None
+        return row
+
     def experiment(self, module: str) -> dict[str, Any]:
         """``claims.experiments.<module>.run(quick, seeds)``'s result (stored, then reused)."""
         if module in self._experiments:
@@ -128,10 +154,8 @@ class Context:
             return self._experiments[module]
         seeds = list(self.seeds)
         env = fingerprint(threads=self.threads)
-        row = None if self.fresh else self.store.find_experiment(module, self.quick, seeds, env["hard"])
-        if row is not None and row["result"].get("code_hash") != experiments_code_hash():
-            log.info("claims: the stored %s was trained by other experiment code: training it again", module)
-            row = None
+        t_start = time.perf_counter()
+        row = None if self.fresh else self.stored_experiment(module)
         if row is not None:
             log.info("claims: reusing experiment %s from %s", module, row["finished_at"])
             result = row["result"]
@@ -148,6 +172,7 @@ class Context:
             self.store.add_experiment(module, self.quick, seeds, env, result)
             log.info("claims: %s took %.0f s", module, time.perf_counter() - t0)
         self._experiments[module] = result
+        self.pieces[f"experiment {module}"] = {"seconds": time.perf_counter() - t_start, "reused": row is not None}
         self._experiment_provenance[module] = {
             "source": f"experiment {module}", "commit": env["soft"].get("commit"), "dirty": env["soft"].get("dirty"),
             "torch": env["hard"].get("torch"), "device": "cpu"}        # the experiments train on the CPU

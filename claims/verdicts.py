@@ -44,6 +44,7 @@ def run_claims(claims: list[Claim], ctx: Context, on_verdict: Callable[[Verdict]
         if claim.probe not in cache:
             t0 = time.perf_counter()
             start = len(ctx.provenance)
+            before = set(ctx.pieces)
             fn, declared = probes[claim.probe]
             try:
                 ev = checked(claim.probe, fn, declared, ctx)
@@ -51,7 +52,13 @@ def run_claims(claims: list[Claim], ctx: Context, on_verdict: Callable[[Verdict]
                 ev = Evidence(notes=[traceback.format_exc(limit=3)], failed=f"{type(exc).__name__}: {exc}")
                 ev.unavailable = {r.figure: f"probe {claim.probe} failed: {type(exc).__name__}: {exc}"
                                   for c in claims if c.probe == claim.probe for r in c.rules}
-            ev.notes.append(f"probe {claim.probe}: {time.perf_counter() - t0:,.1f} s")
+            total = time.perf_counter() - t0
+            inside = {k: v for k, v in ctx.pieces.items() if k not in before}
+            own = max(0.0, total - sum(v["seconds"] for v in inside.values()))
+            ctx.pieces[f"probe {claim.probe}"] = {"seconds": own, "reused": False}
+            ev.notes.append(f"probe {claim.probe}: {total:,.1f} s" + "".join(
+                f"; {k} {'reused' if v['reused'] else 'measured'} in {v['seconds']:,.1f} s" for k, v in inside.items())
+                + (f"; its own computation {own:,.1f} s" if inside else ""))
             sources = {p["source"]: p for p in ctx.provenance[start:]}        # each source once, in order
             cache[claim.probe] = (ev, [here, *sources.values()])
         ev, provenance = cache[claim.probe]

@@ -13,6 +13,7 @@ import click
 import torch
 
 from claims.catalog import load_catalog, select_claims
+from claims.estimate import TIMINGS, estimate, minutes
 from claims.evidence import Context
 from claims.merge import base_device, merge_runs
 from claims.model import Claim, Verdict
@@ -40,7 +41,8 @@ DEFAULT_OUTPUT = "results/claims.html"
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all usable cores).")
 @click.option("--force", is_flag=True,
               help="Decide timing rules even when other processes kept the machine busy while they were measured.")
-@click.option("--list", "list_only", is_flag=True, help="List the claims and what each needs; measure nothing.")
+@click.option("--list", "list_only", is_flag=True, help="List the claims, what each needs and its estimated minutes (reused stored results count 0); measure "
+                   "nothing.")
 @click.option("--device", default="cpu", show_default=True, metavar="cpu|cuda|cuda:N",
               help="Where to measure. On cuda: the claims with a rule for a GPU (C08, C21, C23), their rules decided "
                    "there.")
@@ -60,16 +62,15 @@ def claims(quick: bool, only: str | None, output: str, markdown: str | None, sto
     chosen = select_claims(catalog, only)
     if base_device(device) == "cuda":
         chosen = gpu_claims(catalog, chosen, only)
-    if list_only:
-        for c in chosen:
-            out.print(f"{c.id}  {c.title}  [dim]({c.probe}: {', '.join(c.needs) or 'computed directly'})[/]")
-        return
     try:
         seed_list = tuple(int(s) for s in seeds.split(",") if s.strip())
     except ValueError:
         raise BenchInputError(f"seeds must be comma-separated integers, got {seeds!r}", where="--seeds") from None
     if not seed_list:
         raise BenchInputError("need at least one seed", where="--seeds")
+    if list_only:
+        list_claims(chosen, store_url, quick, fresh, device, threads, seed_list)
+        return
     path = Path(output)
     if path.is_dir():
         raise BenchInputError(f"{output} is a directory", where="--output")
@@ -87,7 +88,8 @@ def claims(quick: bool, only: str | None, output: str, markdown: str | None, sto
 
     measured = run_claims(chosen, ctx, progress)
     context = {"quick": quick, "seeds": list(seed_list), "threads": threads, "used": ctx.used, "force": force,
-               "device": device, "wall_s": time.perf_counter() - t0}
+               "device": device, "wall_s": time.perf_counter() - t0,
+               "pieces": {k: {**v, "seconds": round(v["seconds"], 2)} for k, v in ctx.pieces.items()}}
     verdicts = measured
     if merged is not None:
         other_doc, other = merged
@@ -120,6 +122,31 @@ def claims(quick: bool, only: str | None, output: str, markdown: str | None, sto
             err.print(f"[red]probe {name} failed[/]: {why}", highlight=False)
         err.print(f"[red]{len(failed)} probe(s) failed: their claims read inconclusive[/]")
         sys.exit(1)
+
+
+def list_claims(chosen: list[Claim], store_url: str | None, quick: bool, fresh: bool, device: str,
+                threads: int | None, seeds: tuple[int, ...] = (0, 1, 2)) -> None:
+    """``--list``: each claim, what it needs and its estimated minutes (claims.estimate: the store's reusable
+    results cost nothing, else claims/timings.toml's seconds measured on the 2-core CPU), then the total with each
+    suite and experiment counted once. Reads the store (never creates one) and measures nothing."""
+    store = None
+    try:
+        store = Store(store_url, create=False)
+    except BenchInputError:
+        pass                                         # no store yet: nothing stored to reuse, the table alone
+    ctx = (Context(store, quick=quick, fresh=fresh, seeds=seeds, threads=threads or usable_cores(), device=device)
+           if store is not None else None)
+    per, total, unknown = estimate(chosen, ctx, device)
+    for c in chosen:
+        out.print(f"{c.id}  {c.title}  [bold]{minutes(per[c.id])}[/]  "
+                  f"[dim]({c.probe}: {', '.join(c.needs) or 'computed directly'})[/]", highlight=False, soft_wrap=True)
+    size = "--quick sizes" if quick else "full sizes (the table's seconds are --quick's: a lower bound)"
+    stored = sorted({p.name for ps in per.values() for p in ps if p.source == "stored"})
+    err.print(f"estimated {total / 60:.1f} min for {len(chosen)} claims at {size}, each suite and experiment "
+              f"counted once" + (f"; {len(stored)} reused from the store ({', '.join(stored)})" if stored else "")
+              + (f"; no estimate for {', '.join(unknown)}" if unknown else "")
+              + f" — seconds from {TIMINGS.name} (measured on a 2-core CPU, see its header) and the store",
+              highlight=False)
 
 
 def check_device(device: str) -> str:

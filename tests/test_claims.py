@@ -208,7 +208,8 @@ def test_a_failed_probe_gives_inconclusive_and_exit_1_after_the_table(tmp_path, 
 
 
 def test_stored_suite_run_is_reused_only_with_the_same_cases(tmp_path):
-    """A stored run is evidence only for the suite as it stands: a changed suite file is measured again."""
+    """A stored run is evidence only for the cases it holds: a case it lacks (a changed suite file) is measured
+    again; a run holding more cases than are needed serves (the cases are the same, key for key)."""
     from claims.evidence import Context
     from harness.env import fingerprint
     from harness.store import Store
@@ -226,12 +227,12 @@ def test_stored_suite_run_is_reused_only_with_the_same_cases(tmp_path):
         return run_id
     keys = {c.key for c in cases}
     stored(interleave=False)
-    assert ctx._stored_run("heads", {"threads": 1}, keys) is None                      # not timed side by side
+    assert ctx.stored_suite("heads", {"threads": 1}, keys) is None                      # not timed side by side
     run_id = stored(interleave=True)
-    assert ctx._stored_run("heads", {"threads": 1}, keys).id == run_id
-    assert ctx._stored_run("heads", {"threads": 1}, keys - {cases[0].key}) is None     # a case removed
-    assert ctx._stored_run("heads", {"threads": 1}, keys | {"new-case"}) is None        # a case added
-    assert ctx._stored_run("heads", {"threads": 2}, keys) is None                       # other --set
+    assert ctx.stored_suite("heads", {"threads": 1}, keys).id == run_id
+    assert ctx.stored_suite("heads", {"threads": 1}, keys - {cases[0].key}).id == run_id  # fewer cases: it holds them
+    assert ctx.stored_suite("heads", {"threads": 1}, keys | {"new-case"}) is None        # a case added
+    assert ctx.stored_suite("heads", {"threads": 2}, keys) is None                       # other --set
 
 
 def test_a_stored_experiment_is_reused_only_when_its_code_is_this_checkouts(tmp_path, monkeypatch):

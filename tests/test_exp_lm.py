@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from claims.experiments import causal, kv_heads, positions
+from claims.experiments import causal, kv_heads, lm_train, positions
 from architectures.transformer import counterfactual
 from claims.experiments.lm_train import build_lm
 from claims.experiments.text_data import VOCAB, load_corpus, recall_task, sample_batch
@@ -75,6 +75,7 @@ def test_kv_heads_run_structure_and_determinism():
     assert r["variants"]["GQA-2"]["kv_cache_ratio_vs_mha"] == 0.5
     assert set(r["scale"]) >= {"params", "tokens_trained", "steps", "seq_len", "wall_seconds"}
     assert r["variants"]["MQA"]["val_loss"][0] != r["variants"]["MQA"]["val_loss"][1]   # seeds differ
+    lm_train.TRAINED.clear()                      # train again, not the weights this process keeps (SharedBuild)
     again = kv_heads.run(seeds=(1,), setup=s)
     assert again["variants"]["MQA"]["val_loss"] == r["variants"]["MQA"]["val_loss"][1:]
 

@@ -15,8 +15,8 @@ from functools import partial
 import torch
 
 from architectures.transformer import counterfactual
-from claims.experiments.lm_train import (LMSetup, build_lm, eval_windows, last_position_loss, position_losses,
-                                         train_variants)
+from claims.experiments.lm_train import (LMSetup, SharedBuild, build_lm, eval_windows, last_position_loss,
+                                         position_losses, shared_key, train_variants)
 from claims.experiments.runner import Experiment, Fields, Seeds
 from claims.experiments.text_data import VOCAB, load_corpus
 
@@ -72,7 +72,9 @@ def measure(s: Setup, seeds: Seeds) -> tuple[Fields, Fields]:
                 "gen_loss_last_position": gen["loss"], "gen_acc_last_position": gen["acc"],
                 "future_change_max_abs": future_change(model, check, s.seq_len // 2, seed)}
 
-    trained, scale = train_variants(s, seeds, corpus, {n: partial(build, s, c) for n, c in MODELS.items()}, honest)
+    builds = {n: partial(build, s, c) for n, c in MODELS.items()}
+    builds["causal"] = SharedBuild(builds["causal"], shared_key(**s.arch()))    # kv_heads' MHA: trained once
+    trained, scale = train_variants(s, seeds, corpus, builds, honest)
     models = {name: {"causal": MODELS[name], **m} for name, m in trained.items()}
     c, n = models["causal"], models["no_mask"]
     gap = {key: [a - b for a, b in zip(n[key], c[key])] for key in ("train_loss", "gen_loss_last_position")}

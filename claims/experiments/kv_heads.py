@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from architectures.transformer_cost import decoder_params, kv_cache_bytes
-from claims.experiments.lm_train import LMSetup, build_lm, evaluate, train_variants
+from claims.experiments.lm_train import LMSetup, SharedBuild, build_lm, evaluate, shared_key, train_variants
 from claims.experiments.runner import Experiment, Fields, Seeds, relative
 from claims.experiments.text_data import VOCAB, load_corpus
 from harness.registry import resolve
@@ -108,7 +108,8 @@ def measure(s: Setup, seeds: Seeds) -> tuple[Fields, Fields]:
         raise ValueError(f"the first variant must be MHA (kv_heads[0] == n_heads == {s.n_heads})")
     corpus = load_corpus(s.corpus_bytes)
     shapes = {variant_name(kv, s.n_heads): (kv, matched_d_ff(s, kv)) for kv in s.kv_heads}   # MHA: base d_ff
-    builds = {name: partial(build_lm, **arch(s, kv, d_ff)) for name, (kv, d_ff) in shapes.items()}
+    builds = {name: SharedBuild(partial(build_lm, **arch(s, kv, d_ff)), shared_key(**arch(s, kv, d_ff)))
+              for name, (kv, d_ff) in shapes.items()}                 # MHA is causal's decoder: trained once
 
     def val(model: torch.nn.Module, seed: int) -> Fields:
         ev = evaluate(model, corpus.val, s.seq_len, s.eval_windows, s.eval_batch)

@@ -9,6 +9,8 @@ loss and accuracy over them.
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -53,6 +55,36 @@ class LMSetup:
                 "d_ff": self.d_ff or 4 * self.d_model, "max_seq_len": max(self.seq_len, 64), **extra}
 
 
+TRAINED: dict[tuple, tuple[dict[str, Tensor], dict[str, Any]]] = {}
+"""Decoders trained in this process, by :func:`shared_key`: an experiment that trains the very model another
+trained (same config, initialisation seed, data and training setup) takes its weights instead of training it
+again (kv_heads' MHA is causal's masked decoder)."""
+
+
+class SharedBuild:
+    """A variant's builder that may reuse a training: ``build(seed)`` as before, and ``key`` naming the model."""
+
+    def __init__(self, build: Callable[[int], nn.Module], key: tuple) -> None:
+        self.build, self.key = build, key
+
+    def __call__(self, seed: int) -> nn.Module:
+        return self.build(seed)
+
+
+def shared_key(**overrides: Any) -> tuple:
+    """The identity of ``build_lm(seed, **overrides)``'s model: its resolved config, with ``n_kv_heads`` left unset
+    or set to ``n_heads`` the same (both are MHA: the same modules, the same initialisation)."""
+    cfg = resolve("decoder-tiny", **{"vocab_size": VOCAB, **overrides}).config
+    if getattr(cfg, "n_kv_heads", None) == cfg.n_heads:
+        cfg = dataclasses.replace(cfg, n_kv_heads=None)
+    return ("decoder-tiny", repr(cfg))
+
+
+def _training_key(s: LMSetup) -> tuple:
+    """What decides a training besides the model and seed: the loop's fields of the setup (not evaluation's)."""
+    return (s.steps, s.batch, s.seq_len, s.lr, s.warmup, s.clip, s.weight_decay, s.corpus_bytes)
+
+
 def build_lm(seed: int, **overrides: Any) -> nn.Module:
     """A ``decoder-tiny`` with ``overrides`` over a byte vocabulary, initialised from ``seed``."""
     spec = resolve("decoder-tiny", **{"vocab_size": VOCAB, **overrides})
@@ -88,7 +120,14 @@ def train_variants(s: LMSetup, seeds: Seeds, corpus: Corpus, builds: Mapping[str
     ``loss_curve``, ``train_seconds`` and ``evaluate``'s keys; and the scale record."""
     def trial(build: Callable[[int], nn.Module], seed: int) -> Fields:
         model = build(seed)
-        tr = train_lm(model, corpus.train, s, seed)
+        key = (build.key, _training_key(s), seed) if isinstance(build, SharedBuild) else None
+        if key in TRAINED:                                     # the same model trained the same way: its weights
+            state, tr = TRAINED[key]
+            model.load_state_dict(state)
+        else:
+            tr = train_lm(model, corpus.train, s, seed)
+            if key is not None:
+                TRAINED[key] = (copy.deepcopy(model.state_dict()), tr)
         return {"train_loss": tr["final_loss"], "loss_curve": tr["losses"], "train_seconds": tr["seconds"],
                 **evaluate(model, seed)}
 
