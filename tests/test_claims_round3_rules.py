@@ -161,3 +161,62 @@ def test_clopper_pearson_is_the_exact_binomial_interval():
     f = clopper_pearson(0, 18)
     assert f.lo == 0 and f.hi == pytest.approx(1 - 0.025 ** (1 / 18))
     assert clopper_pearson(18, 18).lo == pytest.approx(0.025 ** (1 / 18))
+
+
+# -- C17: the probe on stored results; a grid without power reads inconclusive --------------------------
+class _Ctx:
+    def __init__(self, result: dict) -> None:
+        self.result = result
+
+    def experiment(self, name: str) -> dict:
+        return self.result
+
+
+def _grid(post_fails: dict[float, int], runs: int = 6) -> dict:
+    """A norm_placement grid: per learning rate, ``runs`` paired runs; post-norm fails in the first
+    ``post_fails[lr]`` of them (never learned), pre-norm in none."""
+    grid = {}
+    for lr, k in post_fails.items():
+        for placement, fails in (("post", k), ("pre", 0)):
+            flags = [i < fails for i in range(runs)]
+            grid[f"{placement}/lr{lr:g}"] = {"placement": placement, "lr": lr, "depth": 8, "warmup": 0.0,
+                                             "diverged": [False] * runs, "never_learned": flags, "failed": flags}
+    return grid
+
+
+def test_c17_without_a_single_failure_reads_inconclusive_naming_its_power():
+    from claims.probes.training import norm_placement
+    ev = norm_placement(_Ctx({"grid": _grid({3e-3: 0, 1e-2: 0, 3e-2: 0})}))         # type: ignore[arg-type]
+    assert ev.figures["failure_gap"].bounds() == (0.0, 0.0) and ev.figures["failure_gap"].n == 18
+    assert ev.figures["failure_gap_detectable"].value == pytest.approx(detectable_gap(18, 0.0))
+    v = decide(CATALOG["C17"], ev)
+    assert v.verdict == "inconclusive"                      # today's code: "contradicted" from a powerless test
+    assert "no power" in v.reason and "smallest the test could detect" in v.reason
+
+
+def test_c17_post_norm_failing_at_high_learning_rates_passes_the_central_rule():
+    from claims.probes.training import norm_placement
+    ev = norm_placement(_Ctx({"grid": _grid({3e-3: 0, 1e-2: 6, 3e-2: 6})}))         # type: ignore[arg-type]
+    gap = ev.figures["failure_gap"]
+    assert gap.value == pytest.approx(12 / 18) and gap.lo > 0.3
+    assert ev.figures["failure_rate_post"].value == pytest.approx(12 / 18) and ev.figures["failure_rate_pre"].hi < 0.2
+    head = next(o for o in decide(CATALOG["C17"], ev).outcomes if o.rule.central)
+    assert head.status == "pass" and "smallest detectable effect" in head.detail
+    assert "lr 0.03: post 6/6" in " ".join(ev.notes)
+
+
+# -- C23: a central rule on the CPU at matched MACs -----------------------------------------------------
+def test_c23_has_a_central_rule_per_device_and_the_cpu_one_compares_same_macs():
+    heads = {r.device: r for r in CATALOG["C23"].rules if r.central}
+    assert set(heads) == {"cpu", "cuda"} and heads["cpu"].figure == "vits_over_resnet_rate"
+    from harness.suite import load_suite
+    archs = {c.arch for c in load_suite("vit_vs_cnn", quick=True).cases}
+    assert {"vit-s16", "resnet50"} <= archs                 # the run the CPU claims already measure has both
+
+
+def test_c23_same_macs_figures_name_a_missing_model():
+    from claims.probes.vision import same_macs_rates
+    ev = Evidence()
+    same_macs_rates(ev, {}, None, {})
+    assert "vit-s16, resnet50" in ev.unavailable["vits_over_resnet_rate"]
+    assert "batch > 1" in ev.unavailable["vits_over_resnet_rate_batch"]
