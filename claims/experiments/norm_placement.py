@@ -9,9 +9,9 @@ Two measurements on the synthetic copy task of :mod:`claims.experiments.copy_tas
 (b) the published setting's shape at small scale: a deep stack trained with Adam at high learning rates
     and NO warm-up (Xiong et al.: post-LN without warm-up fails, pre-LN does not need it), every learning
     rate × run seed trained with each placement (a pair). A run FAILS when it diverged (non-finite, or
-    ended above its initial loss) or never beat the context-free predictor (ln 16): it did not learn the
-    task (by 0.1 nats: :data:`CHANCE_MARGIN`). The probe compares the failure rates over the pairs (exact paired bootstrap) and states the
-    smallest gap the grid could have detected (:mod:`claims.power`).
+    ended above its initial loss) or never beat the context-free predictor (ln 16) by 0.1 nats
+    (:data:`CHANCE_MARGIN`): it did not learn the task. The probe compares the failure rates over the
+    pairs (exact paired bootstrap) and states the smallest gap the grid could have detected (:mod:`claims.power`).
 """
 from __future__ import annotations
 
@@ -190,7 +190,8 @@ def measure(setup: Setup, seeds: Seeds) -> tuple[Fields, Fields]:
     return ({"trivial_loss": setup.task.trivial_loss, "grad_norm_at_init": grads, "grid": cells,
              "run_seeds": list(run_seeds(setup, seeds)), "summary": summarise(cells, setup)},
             {"params": params, "steps": setup.steps, "seq_len": setup.task.seq_len, "batch": setup.batch,
-             "runs": len(cells) * len(run_seeds(setup, seeds)), "wall_seconds_grad": t_grad, "wall_seconds_grid": t_grid})
+             "runs": len(cells) * len(run_seeds(setup, seeds)), "wall_seconds_grad": t_grad,
+             "wall_seconds_grid": t_grid})
 
 
 EXPERIMENT = Experiment("C17", QUICK, FULL, measure)

@@ -162,7 +162,7 @@ def paired_flags(cells: dict[str, Any], flag: str) -> tuple[list[bool], list[boo
             continue
         post += [bool(x) for x in cell[flag]]
         pre += [bool(x) for x in twin[flag]]
-        names += [f"lr {cell['lr']:g} run {i}" for i in range(len(cell[flag]))]
+        names += [f"lr {cell.get('lr')} run {i}" for i in range(len(cell[flag]))]
     return post, pre, names
 
 
