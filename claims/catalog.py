@@ -14,7 +14,7 @@ from harness.errors import BenchInputError
 CATALOG = Path(__file__).with_name("claims.toml")
 CLAIM_KEYS = {"section", "title", "quote", "where", "probe", "rules", "document_figure", "published", "units", "needs",
               "added", "own_question"}
-RULE_KEYS = {"figure", "test", "says", "lo", "hi", "value", "rel_tol", "central", "device"}
+RULE_KEYS = {"figure", "test", "says", "lo", "hi", "value", "rel_tol", "central", "device", "power"}
 DEVICES = ("", "cpu", "cuda")          # a rule only a run on that device decides ("" = any)
 NEEDS = {"within": ("lo", "hi"), "at_least": ("lo",), "at_most": ("hi",), "equals": ("value",), "is_true": ()}
 
@@ -38,6 +38,9 @@ def _rule(cid: str, raw: dict[str, Any], figures: tuple[str, ...]) -> Rule:
     if raw["figure"] not in figures:
         raise BenchInputError(f"figure {raw['figure']!r} is not produced by the probe "
                               f"(it makes {', '.join(figures)})", where=where)
+    if "power" in raw and (not isinstance(raw["power"], str) or raw["power"] not in figures):
+        raise BenchInputError(f"power {raw['power']!r} (the figure giving the smallest detectable effect) is not "
+                              f"produced by the probe (it makes {', '.join(figures)})", where=where)
     return Rule(**{k: (float(v) if k in ("lo", "hi", "value", "rel_tol") else v) for k, v in raw.items()})
 
 
@@ -60,9 +63,14 @@ def load_catalog(path: Path = CATALOG) -> list[Claim]:
             raise BenchInputError(f"unknown probe {raw['probe']!r}", where=cid)
         figures = probes[raw["probe"]][1]
         rules = tuple(_rule(cid, r, figures) for r in raw["rules"])
-        if sum(r.central for r in rules) != 1:
-            raise BenchInputError(f"exactly one rule must be central = true (the claim's headline), "
-                                  f"found {sum(r.central for r in rules)}", where=f"{cid}.rules")
+        heads = [r.device for r in rules if r.central]
+        if not heads:
+            raise BenchInputError("exactly one rule must be central = true (the claim's headline), found 0 "
+                                  "(or one per device: device = \"cpu\" / \"cuda\")", where=f"{cid}.rules")
+        twice = sorted({d for d in heads if heads.count(d) > 1})
+        if twice:
+            raise BenchInputError(f"exactly one rule must be central = true (the claim's headline) per device, "
+                                  f"found {heads.count(twice[0])} for {twice[0] or 'any device'}", where=f"{cid}.rules")
         claims.append(Claim(
             id=cid, title=raw["title"], quote=raw["quote"], where=raw["where"], section=raw["section"],
             probe=raw["probe"], rules=rules,

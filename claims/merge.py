@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from claims.model import Evidence, Outcome, Verdict
-from claims.rules import combine, decided_modes
+from claims.rules import central, combine, decided_modes
 
 
 def base_device(device: str) -> str:
@@ -77,7 +77,7 @@ def merge_verdicts(first: Verdict, second: Verdict) -> Verdict:
     outcomes += [o for o in second.outcomes if o.rule.figure not in known]
     verdict, reason = combine(outcomes)
     devices = list(dict.fromkeys([*devices_of(first), *devices_of(second)]))
-    head = next(o for o in outcomes if o.rule.central)
+    head = central(outcomes)
     home = base_device(head.device) if head.device else " + ".join(devices_of(first))
     parts = [(" + ".join(devices_of(v)), v.evidence) for v in (first, second)]
     return Verdict(first.claim, verdict, reason, outcomes, _evidence(parts, home), device=" + ".join(devices),

@@ -84,6 +84,8 @@ class Rule:
     rel_tol: float = 0.0
     central: bool = False                  # the claim's headline: it alone can contradict the claim
     device: str = ""                       # "cuda" / "cpu": only a run on that device decides it ("" = any)
+    power: str = ""                        # a figure: the smallest effect this test could have detected, in the
+                                           # rule's units, 0 = no effect ("" = not stated): see claims.rules.powered
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,8 @@ class Outcome:
     mode: str = ""                         # how the models executed for its figure ("eager", "compiled (default)")
     others: tuple["Outcome", ...] = ()     # the same rule decided on another device (a merge keeps them)
     conflict: bool = False                 # devices disagree on it: shown, never resolved silently
+    power: Figure | None = None            # the smallest effect the test could have detected (Rule.power's figure)
+    unpowered: str = ""                    # why a failing test could not have seen the claimed effect ("" = it could)
 
 
 def quoted_part(outcomes: Sequence[Outcome]) -> str:

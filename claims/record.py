@@ -35,6 +35,7 @@ def _outcome_record(o: Outcome) -> dict[str, Any]:
             "central": o.rule.central, "device": o.rule.device or None, "decided_on": o.device or None,
             "mode": o.mode or None, "conflict": o.conflict, "detail": o.detail,
             "measured": o.figure.as_dict() if o.figure else None,
+            "power": o.power.as_dict() if o.power else None, "unpowered": o.unpowered or None,
             "others": [_outcome_record(x) for x in o.others]}
 
 
@@ -129,7 +130,8 @@ def _outcome(raw: dict[str, Any], rule: Rule, device: str) -> Outcome:
                    device=raw.get("decided_on") or (device if decided else ""),
                    mode=raw.get("mode") or ("eager" if decided else ""),
                    others=tuple(_outcome(x, rule, device) for x in raw.get("others") or ()),
-                   conflict=bool(raw.get("conflict")))
+                   conflict=bool(raw.get("conflict")), power=_figure(raw.get("power")),
+                   unpowered=raw.get("unpowered") or "")
 
 
 def read_verdict(record: dict[str, Any], claim: Claim) -> Verdict:

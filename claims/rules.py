@@ -55,7 +55,9 @@ def check(rule: Rule, fig: Figure, force: bool = False) -> Outcome:
 def evaluate(rules: tuple[Rule, ...], evidence: Evidence, device: str = "cpu", force: bool = False
              ) -> list[Outcome]:
     """Each rule's outcome on ``evidence``; a rule for another device (``device = "cuda"`` on a CPU run) is
-    unavailable, whatever the probe produced; a timing measured on a busy machine is undecided unless ``force``."""
+    unavailable, whatever the probe produced; a timing measured on a busy machine is undecided unless ``force``.
+    A rule that states its power (``Rule.power``) shows it in its detail, and a fail it had no power to see
+    reads undecided (:func:`powered`)."""
     out = []
     for rule in rules:
         fig = evidence.figures.get(rule.figure)
@@ -67,8 +69,34 @@ def evaluate(rules: tuple[Rule, ...], evidence: Evidence, device: str = "cpu", f
             out.append(Outcome(rule, "unavailable", f"{rule.figure}: {reason}"))
         else:
             o = check(rule, fig, force)
-            out.append(o if o.status == "unavailable" else replace(o, device=device, mode=fig.mode or "eager"))
+            out.append(o if o.status == "unavailable" else powered(replace(o, device=device, mode=fig.mode or "eager"),
+                                                                   evidence))
     return out
+
+
+def powered(o: Outcome, evidence: Evidence) -> Outcome:
+    """``o`` with its rule's power: the smallest effect the test could have detected (``Rule.power`` names the
+    figure, in the rule's units, measured from 0 = no effect) appended to the detail. A test that FAILS without
+    the power to see the claimed effect decides nothing: it reads ``unsure`` with ``unpowered`` saying why —
+    when the probe reports it had no power (the power figure unavailable with a reason, or not finite), or when
+    the measured effect is below the detectable one (|value| < power). A fail with an effect at least as large as
+    the detectable one (e.g. the opposite effect, clearly seen) stays a fail. No ``Rule.power``: ``o`` unchanged."""
+    rule = o.rule
+    if not rule.power:
+        return o
+    pf = evidence.figures.get(rule.power)
+    value = None if o.figure is None else o.figure.value
+    if pf is None or pf.value is None or not math.isfinite(float(pf.value)):
+        why = (evidence.unavailable.get(rule.power, "not measured") if pf is None
+               else f"{pf.text()}{': ' + pf.note if pf.note else ''}")
+        detail, why = f"{o.detail}; smallest detectable effect: none ({why})", f"the test had no power ({why})"
+    else:
+        detail = f"{o.detail}; smallest detectable effect {pf.text()}" + (f" ({pf.note})" if pf.note else "")
+        why = (f"the measured effect {_fmt(value)} is below the smallest the test could detect, {pf.text()}"
+               if value is not None and abs(float(value)) < float(pf.value) else "")
+    if o.status != "fail" or not why:
+        return replace(o, detail=detail, power=pf)
+    return replace(o, status="unsure", detail=f"{detail} — no power, decides nothing: {why}", power=pf, unpowered=why)
 
 
 def decided_modes(outcomes: list[Outcome]) -> str:
@@ -78,28 +106,67 @@ def decided_modes(outcomes: list[Outcome]) -> str:
     return ", ".join(modes) or "eager"
 
 
-def central(outcomes: list[Outcome]) -> Outcome:
-    """The outcome of the claim's one central rule (its headline)."""
+def _base(device: str) -> str:
+    return device.split(":")[0].strip()
+
+
+def centrals(outcomes: list[Outcome], device: str = "") -> list[Outcome]:
+    """The central outcomes that decide a verdict on ``device`` ("cpu", "cuda:0"; "cpu + cuda" after a merge;
+    "" = the devices the central rules were decided on). A claim has at most one central rule per device
+    (``Rule.device``: "cpu", "cuda", or "" for any): per device, its own central rule, else the any-device one;
+    a device with neither (a claim decided only on a GPU, run on the CPU) reads its first central rule, which
+    is then unavailable there."""
     heads = [o for o in outcomes if o.rule.central]
-    if len(heads) != 1:
-        raise ValueError(f"a claim needs exactly one central rule, got {len(heads)}")
-    return heads[0]
+    if not heads:
+        raise ValueError("a claim needs a central rule")
+    for d in {o.rule.device for o in heads}:
+        if sum(o.rule.device == d for o in heads) > 1:
+            raise ValueError(f"a claim needs at most one central rule per device, got several for {d or 'any device'}")
+    devices = ([_base(d) for d in device.split("+") if d.strip()]
+               or list(dict.fromkeys(_base(o.device) for o in heads if o.device)) or [""])
+    out: list[Outcome] = []
+    for d in devices:
+        head = (next((o for o in heads if d and o.rule.device == d), None)
+                or next((o for o in heads if not o.rule.device), None) or heads[0])
+        if all(head is not o for o in out):
+            out.append(head)
+    return out
 
 
-def combine(outcomes: list[Outcome]) -> tuple[str, str]:
+def central(outcomes: list[Outcome], device: str = "") -> Outcome:
+    """The outcome of the claim's central rule (its headline) for ``device`` (the first, after a merge)."""
+    return centrals(outcomes, device)[0]
+
+
+def _central_part(head: Outcome) -> str:
+    """The reason's part for one central rule; a device-bound one names the device that decided it."""
+    where = f" on {head.device or head.rule.device}" if head.rule.device else ""
+    return f"central{where}: {head.rule.says} — {head.detail}"
+
+
+def combine(outcomes: list[Outcome], device: str = "") -> tuple[str, str]:
     """The verdict and its reason. Every rule measured and passing → supported; the central rule failing →
-    contradicted; the central rule unmeasured or undecided → inconclusive; otherwise (the central rule holds,
-    some other rule fails, straddles or was not measured) → partly supported. The reason names the central
-    rule's outcome, then what held, what failed, what was undecided and what was not tested."""
-    head = central(outcomes)
+    contradicted; the central rule unmeasured or undecided (a fail it had no power to see included) →
+    inconclusive; otherwise (the central rule holds, some other rule fails, straddles or was not measured) →
+    partly supported. The central rule is the one of ``device`` (:func:`centrals`); after a merge, the central
+    rules of both devices decide together: one holding where the other fails → partly supported. The reason
+    names the central rule's outcome (and its device, when it has one), then what held, what failed, what was
+    undecided and what was not tested."""
+    heads = centrals(outcomes, device)
+    is_head = lambda o: any(o is h for h in heads)  # noqa: E731
     by = {s: [o for o in outcomes if o.status == s] for s in ("pass", "fail", "unsure", "unavailable")}
-    parts = [f"central: {head.rule.says} — {head.detail}"]
+    parts = [_central_part(h) for h in heads]
+    statuses = {h.status for h in heads}
+    if {"pass", "fail"} <= statuses:
+        parts.append("the devices' central rules disagree: holds on "
+                     + ", ".join(h.device for h in heads if h.status == "pass") + ", not on "
+                     + ", ".join(h.device for h in heads if h.status == "fail"))
     for status, label in (("pass", "holds"), ("fail", "does not hold"),
-                          ("unsure", "undecided (interval straddles the bound, or machine busy)")):
-        says = [o.rule.says for o in by[status] if o is not head]
+                          ("unsure", "undecided (interval straddles the bound, machine busy, or no power)")):
+        says = [o.rule.says for o in by[status] if not is_head(o)]
         if says:
             parts.append(f"{label}: " + "; ".join(says))
-    missing = [o.detail for o in by["unavailable"] if o is not head]
+    missing = [o.detail for o in by["unavailable"] if not is_head(o)]
     if missing:
         parts.append("not tested: " + "; ".join(missing))
     torn = [o.rule.says for o in outcomes if o.conflict]
@@ -110,8 +177,8 @@ def combine(outcomes: list[Outcome]) -> tuple[str, str]:
     reason = " | ".join(parts)
     if len(by["pass"]) == len(outcomes):
         return "supported", reason
-    if head.status == "fail":
+    if "fail" in statuses and "pass" not in statuses:
         return "contradicted", reason
-    if head.status in ("unsure", "unavailable"):
+    if "pass" not in statuses:
         return "inconclusive", reason
     return "partly supported", reason

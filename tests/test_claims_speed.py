@@ -63,7 +63,7 @@ def test_the_cuts_of_the_quick_run():
     for suite in load_reads():
         cases = load_suite(str(paths[suite]), quick=True).cases
         counts[suite] = (len(cases), sum(reads_of(suite).keeps(c) for c in cases))
-    assert counts == {"rnn_vs_attention": (30, 18), "ssm_vs_attention": (45, 30), "vit_vs_cnn": (14, 10),
+    assert counts == {"rnn_vs_attention": (30, 18), "ssm_vs_attention": (45, 30), "vit_vs_cnn": (14, 11),
                       "vision_zoo": (16, 4)}
     vit = load_suite(str(paths["vit_vs_cnn"]), quick=True).cases
     assert all(reads_of("vit_vs_cnn").keeps(c) for c in vit if c.workload.batch_size == 1)   # batch 1: every model

@@ -13,7 +13,7 @@ from claims.experiments import norm_placement as NP
 
 TINY_TASK = NP.Task(n_symbols=6, length=4)
 NP_TINY = replace(NP.QUICK, task=TINY_TASK, d_model=16, n_heads=2, grad_depths=(1, 3), grad_batch=8,
-                  lrs=(1e-3, 1e-2), warmups=(0.0, 0.5), depths=(1, 2), steps=4, batch=8, held_out=16)
+                  lrs=(1e-3, 1e-2), depth=2, steps=4, batch=8, held_out=16, repeats=2)
 AS_TINY = replace(AS.QUICK, d_ks=(16, 256), n_rows=64, task=TINY_TASK, d_model=32, n_heads=1,
                   n_layers=1, steps=4, probe_at=(2,), batch=8, held_out=16)
 SEEDS = (0, 1)
@@ -118,19 +118,21 @@ def test_grad_norm_at_init_has_one_finite_entry_per_depth_placement_seed():
 def test_norm_placement_run_structure_and_determinism():
     r = NP.run(seeds=SEEDS, setup=NP_TINY)
     json.dumps(r, allow_nan=False)
-    n_cells = len(NP.PLACEMENTS) * len(NP_TINY.depths) * len(NP_TINY.lrs) * len(NP_TINY.warmups)
+    n_cells = len(NP.PLACEMENTS) * len(NP_TINY.lrs)
     assert len(r["grid"]) == n_cells
+    runs = len(SEEDS) * NP_TINY.repeats                       # every learning rate × run, each placement
+    assert r["run_seeds"] == [0, 1000, 1, 1001]
     for cell in r["grid"].values():
-        for key in ("final_loss", "final_acc", "init_loss", "diverged", "nonfinite"):
-            assert len(cell[key]) == len(SEEDS)
-        assert cell["divergence_rate"] == sum(cell["diverged"]) / len(SEEDS)
+        for key in ("final_loss", "final_acc", "init_loss", "diverged", "never_learned", "failed", "nonfinite"):
+            assert len(cell[key]) == runs
+        assert cell["warmup"] == 0.0 and cell["depth"] == NP_TINY.depth
+        assert cell["failed"] == [d or s for d, s in zip(cell["diverged"], cell["never_learned"])]
+        assert cell["failure_rate"] == sum(cell["failed"]) / runs
     s = r["summary"]
-    for key in ("divergence_rate", "nonfinite_rate"):
+    for key in ("failure_rate", "divergence_rate", "never_learned_rate"):
         assert set(s[key]) == set(NP.PLACEMENTS) and all(0.0 <= v <= 1.0 for v in s[key].values())
-    for key in ("lr_spread", "lr_std", "best_loss", "warmup_gain"):
-        assert all(len(s[key][p]) == len(SEEDS) for p in NP.PLACEMENTS)
-    assert all(len(s["loss_by_lr"][p]) == len(NP_TINY.lrs) for p in NP.PLACEMENTS)
-    assert all(len(s["divergence_rate_by_warmup"][p]) == len(NP_TINY.warmups) for p in NP.PLACEMENTS)
+    assert all(len(s["lr_spread"][p]) == runs for p in NP.PLACEMENTS)
+    assert all(len(s["failure_rate_by_lr"][p]) == len(NP_TINY.lrs) for p in NP.PLACEMENTS)
     sc = r["scale"]
     assert sc["steps"] == NP_TINY.steps and sc["seq_len"] == TINY_TASK.seq_len
     assert sc["wall_seconds"] > 0 and sc["params"]["2"] > sc["params"]["1"] > 0

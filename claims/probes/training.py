@@ -9,6 +9,7 @@ import numpy as np
 
 from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure, mean_ci
+from claims.power import clopper_pearson, detectable_gap, paired_gap
 from claims.probes import mean_chart, probe
 from claims.probes.power import diff_resolution
 
@@ -205,34 +206,79 @@ def scaling(ctx: Context) -> Evidence:
     return ev
 
 
-@probe("norm_placement", figures=("divergence_gap", "never_learned_gap", "sensitivity_ratio", "last_grad_ratio_deep"))
+NORM_FIGURES = ("failure_gap", "failure_gap_detectable", "failure_rate_post", "failure_rate_pre", "divergence_gap",
+                "never_learned_gap", "sensitivity_ratio", "last_grad_ratio_deep")
+
+
+def paired_flags(cells: dict[str, Any], flag: str) -> tuple[list[bool], list[bool], list[str]]:
+    """(post's flags, pre's flags, the pairs' names): the same learning rate and run seed trained with each
+    placement is one pair."""
+    post, pre, names = [], [], []
+    for cell in cells.values():
+        if cell.get("placement") != "post":
+            continue
+        twin = next((c for c in cells.values() if c.get("placement") == "pre" and c.get("lr") == cell.get("lr")
+                     and c.get("depth") == cell.get("depth") and c.get("warmup") == cell.get("warmup")), None)
+        if twin is None or flag not in cell or flag not in twin:
+            continue
+        post += [bool(x) for x in cell[flag]]
+        pre += [bool(x) for x in twin[flag]]
+        names += [f"lr {cell.get('lr')} run {i}" for i in range(len(cell[flag]))]
+    return post, pre, names
+
+
+def norm_failures(res: dict[str, Any], ev: Evidence) -> None:
+    """C17's central figures: post − pre failure rate over the paired runs (exact paired bootstrap), each
+    placement's rate (exact binomial interval), and the smallest gap the grid could have detected (80 % power,
+    at pre-norm's failure rate): the rule's ``power``."""
+    cells = res.get("grid", {})
+    post, pre, _ = paired_flags(cells, "failed")
+    if not post:
+        for key in ("failure_gap", "failure_gap_detectable", "failure_rate_post", "failure_rate_pre"):
+            ev.unavailable[key] = ("the experiment's result has no paired failure flags (trained by older code: "
+                                   "measure it again with --fresh)")
+    else:
+        n = len(post)
+        lrs = sorted({c["lr"] for c in cells.values()})
+        where = f"{n} pairs: lr {', '.join(f'{x:g}' for x in lrs)} × runs, no warm-up"
+        ev.figures["failure_gap"] = paired_gap(post, pre, note=f"failure rate (diverged or never beat chance) post − "
+                                                              f"pre over {where}; exact paired-bootstrap 95% interval")
+        ev.figures["failure_rate_post"] = clopper_pearson(sum(post), n, note="post-norm runs that failed; exact "
+                                                                            "binomial interval")
+        ev.figures["failure_rate_pre"] = clopper_pearson(sum(pre), n, note="pre-norm runs that failed; exact "
+                                                                          "binomial interval")
+        base = sum(pre) / n
+        mde = detectable_gap(n, base)
+        if math.isfinite(mde):
+            ev.figures["failure_gap_detectable"] = Figure(mde, unit="share of runs", n=n, note=(
+                f"the smallest post − pre gap found above 0 with 80% power by {n} pairs at pre-norm's "
+                f"failure rate {base:.2g}"))
+        else:
+            ev.unavailable["failure_gap_detectable"] = (f"no power: {n} pairs at pre-norm's failure rate {base:.2g} "
+                                                        "would not detect even the largest possible gap")
+        by_lr = ", ".join(f"lr {c['lr']:g}: {c['placement']} {sum(c['failed'])}/{len(c['failed'])}"
+                          for c in sorted(cells.values(), key=lambda c: (c["lr"], c["placement"])))
+        ev.notes.append(f"failed runs per learning rate: {by_lr}")
+    for key, flag, what in (("divergence_gap", "diverged", "non-finite or loss above its start"),
+                            ("never_learned_gap", "never_learned", "stayed finite but never beat chance (ln 16)")):
+        a, b, _ = paired_flags(cells, flag)
+        if a and paired_flags(cells, "never_learned")[0]:     # an old result did not tell the two apart
+            ev.figures[key] = paired_gap(a, b, note=f"runs that {what}, post − pre over {len(a)} pairs")
+        else:
+            ev.unavailable[key] = ("the experiment's result does not tell divergence from never learning "
+                                   "(measure it again: --fresh)")
+
+
+@probe("norm_placement", figures=NORM_FIGURES)
 def norm_placement(ctx: Context) -> Evidence:
     res = ctx.experiment("norm_placement")
     ev = Evidence(notes=[_note(res)])
-    cells = res.get("grid", {})
-    seeds = len(res.get("seeds", []))
-    rates: dict[str, dict[str, list[float]]] = {"diverged": {}, "never_learned": {}}
-    for placement in ("pre", "post"):
-        mine = [c for c in cells.values() if c.get("placement") == placement]
-        for kind in rates:
-            if mine and all(kind in c for c in mine):
-                rates[kind][placement] = [sum(bool(c[kind][i]) for c in mine) / len(mine) for i in range(seeds)]
-    if len(rates["never_learned"]) == 2:        # a stored result from before the two were told apart has none
-        ev.figures["divergence_gap"] = mean_ci(_per_seed(rates["diverged"]["post"], rates["diverged"]["pre"]),
-                                               "share of runs", "divergence rate (non-finite or loss above its "
-                                               "initial value) post − pre over the grid, per seed")
-        ev.figures["never_learned_gap"] = mean_ci(
-            _per_seed(rates["never_learned"]["post"], rates["never_learned"]["pre"]), "share of runs",
-            "runs that stayed finite but never beat chance (ln 16), post − pre, per seed: not divergence")
-    else:
-        for key in ("divergence_gap", "never_learned_gap"):
-            ev.unavailable[key] = ("the experiment's result does not tell divergence from never learning "
-                                   "(measure it again: --fresh)")
+    norm_failures(res, ev)
     spread = res.get("summary", {}).get("lr_spread", {})
     if spread.get("pre") and spread.get("post"):
         ev.figures["sensitivity_ratio"] = mean_ci(_per_seed(spread["post"], spread["pre"], lambda a, b: a / b
                                                             if b else float("nan")), "×",
-                                                  "spread of final loss across learning rates, post / pre")
+                                                  "spread of final loss across learning rates, post / pre, per run")
     else:
         ev.unavailable["sensitivity_ratio"] = "the experiment recorded no learning-rate spread"
     grads = res.get("grad_norm_at_init", {})

@@ -203,8 +203,28 @@ def gpu_rates(ctx: Context, ev: Evidence) -> None:
                     "(gpu_vit_over_resnet_rate_eager) is shown beside it: see the claim's units")
 
 
+SAME_MACS_FIGURES = ("vits_over_resnet_rate", "vits_over_resnet_rate_batch")
+"""C23 on the CPU at matched MACs: ViT-S/16 (DeiT-S's shape, ~4.6 GMACs) against ResNet-50 (~4.1 GMACs)."""
+
+
+def same_macs_rates(ev: Evidence, by: dict[str, Any], b: int | None, big: dict[str, Any]) -> None:
+    """C23's same-MACs figures from the vit_vs_cnn run: ViT-S/16's achieved MAC/s over ResNet-50's (counted
+    MACs / median time; the two timed side by side: the paired ratio with its interval), at batch 1 and at the
+    run's largest batch. Unavailable, naming the model, when the run has no ok case of either."""
+    for fig, rows, label in (("vits_over_resnet_rate", by, "batch 1"),
+                             ("vits_over_resnet_rate_batch", big, f"batch {b}" if b else "a batch > 1")):
+        vit, res = rows.get("vit-s16"), rows.get("resnet50")
+        if vit is None or res is None or not (_rate(vit) and _rate(res)):
+            gone = ", ".join(a for a, r in (("vit-s16", vit), ("resnet50", res)) if r is None or not _rate(r))
+            ev.unavailable[fig] = f"the vit_vs_cnn run has no ok timed case of {gone} at {label}"
+            continue
+        gmacs = f"{vit.metrics['macs'] / 1e9:.2f} vs {res.metrics['macs'] / 1e9:.2f} GMACs counted"
+        ev.figures[fig] = rate_ratio(vit, res, f"achieved MAC/s at matched MACs, ViT-S/16 / ResNet-50 ({gmacs}), "
+                                               f"{label}, {vit.value('dtype')}")
+
+
 @probe("matmul_friendly", figures=("vit_over_resnet_rate", "swin_over_resnet_latency", "vit_peak_share",
-                                   "vit_over_resnet_rate_batch", *GPU_RATE_FIGURES))
+                                   "vit_over_resnet_rate_batch", *SAME_MACS_FIGURES, *GPU_RATE_FIGURES))
 def matmul_friendly(ctx: Context) -> Evidence:
     ev, by = _batch1(ctx)
     vit, res, swin = by.get("vit-b16"), by.get("resnet50"), by.get("swin-t")
@@ -215,6 +235,7 @@ def matmul_friendly(ctx: Context) -> Evidence:
     if "vit-b16" in big and "resnet50" in big and _rate(big["vit-b16"]) and _rate(big["resnet50"]):
         ev.figures["vit_over_resnet_rate_batch"] = rate_ratio(big["vit-b16"], big["resnet50"],
                                                               f"achieved FLOP/s, ViT-B/16 / ResNet-50, batch {b}")
+    same_macs_rates(ev, by, b, big)
     gpu_rates(ctx, ev)
     run = ctx.suite("vit_vs_cnn")[0]
     device = ctx.device.split(":")[0]
