@@ -68,7 +68,7 @@ def test_the_cuts_of_the_quick_run():
     vit = load_suite(str(paths["vit_vs_cnn"]), quick=True).cases
     assert all(reads_of("vit_vs_cnn").keeps(c) for c in vit if c.workload.batch_size == 1)   # batch 1: every model
     big = {c.line for c in vit if c.workload.batch_size > 1 and reads_of("vit_vs_cnn").keeps(c)}
-    assert big == {"resnet50", "efficientnet-b0", "vit-b16"}
+    assert big == {"resnet50", "efficientnet-b0", "vit-b16", "vit-s16"}
     assert [s for s in load_reads() if reads_of(s).peak] == ["vit_vs_cnn"]        # C23's vit_peak_share
     assert reads_of("no_such_suite") == Reads()                                   # unlisted: whole, no calibration
 
