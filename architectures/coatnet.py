@@ -35,8 +35,8 @@ from torch import Tensor, nn
 from architectures.inputs import image_inputs
 from architectures.layers.attention import Attention, AttnImpl
 from architectures.layers.blocks import MLP, PreNorm, make_norm
-from harness.registry import register
-from harness.spec import ArchSpec, Workload
+from harness.contract.registry import register
+from harness.contract.spec import ArchSpec, Workload
 
 LN_EPS = 1e-6
 MbConvStride = Literal["1x1", "dw"]
@@ -292,7 +292,7 @@ def _transformer_cost(cfg: CoAtNetConfig, c_in: int, c: int, side: int, table_si
 
 def coatnet_cost(cfg: CoAtNetConfig, w: Workload) -> dict[str, int]:
     """Exact parameters (bias tables sized at ``cfg.img_size``) and forward MACs on the workload's image
-    (``w.img_size``, else ``cfg.img_size``), as :mod:`harness.flops` counts them (convs, linears, attention)."""
+    (``w.img_size``, else ``cfg.img_size``), as :mod:`harness.instruments.flops` counts them (convs, linears, attention)."""
     sides, built = cfg.sides(w.img_size), cfg.sides()
     c0, n0 = cfg.dims[0], cfg.depths[0]
     params = 27 * c0 + (n0 - 1) * (2 * c0 + 9 * c0 * c0)

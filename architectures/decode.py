@@ -27,8 +27,8 @@ from architectures import transformer_cost as tc
 from architectures.inputs import tiled_randn
 from architectures.layers.attention import KVCache
 from architectures.transformer import DECODERS, Decoder, DecoderConfig, _describe, _small, lm_logits
-from harness.registry import register
-from harness.spec import ArchSpec, Workload
+from harness.contract.registry import register
+from harness.contract.spec import ArchSpec, Workload
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,8 @@ from architectures.layers.efficient import (
 )
 from architectures.layers.positions import PositionKind, make_positions
 from architectures.transformer import TransformerConfig
-from harness.registry import register
-from harness.spec import ArchSpec, Workload
+from harness.contract.registry import register
+from harness.contract.spec import ArchSpec, Workload
 
 AttentionKind = Literal["exact", "window", "linformer", "performer", "bigbird", "longformer"]
 
@@ -118,7 +118,7 @@ def mix_macs(cfg: LongEncoderConfig, batch: int, t: int) -> int:
 
 
 def cost(cfg: LongEncoderConfig, w: Workload) -> dict[str, int]:
-    """Exact parameter count and forward MACs (matmul-like work, as harness.flops counts it)."""
+    """Exact parameter count and forward MACs (matmul-like work, as harness.instruments.flops counts it)."""
     t, b = need_seq_len(w), w.batch_size
     d, v = cfg.d_model, cfg.vocab_size
     core_params = 2 * cfg.proj_len * cfg.max_seq_len if cfg.attention == "linformer" else 0   # E, F

@@ -4,7 +4,7 @@ Same interface as the attention stacks: tokens (B, T) → embedding → n_layers
 width d → per-token logits (B, T, vocab). Per-layer forward cost (claims C04/C05): recurrent
 O(n·d²) with n sequential steps; convolution O(k·n·d²) with O(1) sequential steps; self-attention
 O(n²·d + n·d²) with O(1). The sequential steps are measured, not computed here: the dependency depth
-of a forward's dispatched ops (:func:`harness.flops.dependency_trace`, claim C04).
+of a forward's dispatched ops (:func:`harness.instruments.flops.dependency_trace`, claim C04).
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from typing import Literal
 from torch import Tensor, nn
 
 from architectures.inputs import need_seq_len, token_inputs
-from harness.registry import register
-from harness.spec import ArchSpec, Workload
+from harness.contract.registry import register
+from harness.contract.spec import ArchSpec, Workload
 
 SeqKind = Literal["lstm", "gru", "rnn", "conv1d"]
 RECURRENT: dict[str, type[nn.RNNBase]] = {"lstm": nn.LSTM, "gru": nn.GRU, "rnn": nn.RNN}
@@ -94,7 +94,7 @@ def layer_cost(cfg: SeqBaselineConfig) -> tuple[int, int]:
 
 
 def cost(cfg: SeqBaselineConfig, w: Workload) -> dict[str, int]:
-    """Exact params and forward MACs as harness.flops counts them on CPU: LSTM's fused
+    """Exact params and forward MACs as harness.instruments.flops counts them on CPU: LSTM's fused
     ``mkldnn_rnn_layer`` (x·W_ihᵀ + h·W_hhᵀ per token), GRU/RNN's addmm/mm per step, conv1d."""
     layer_params, layer_macs = layer_cost(cfg)
     d, v = cfg.d_model, cfg.vocab_size

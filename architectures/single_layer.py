@@ -17,8 +17,8 @@ from architectures import transformer_cost as tc
 from architectures.inputs import hidden_inputs, need_seq_len
 from architectures.layers.attention import Attention, AttnImpl, ExactCore, HeadLayout, Heads, core_fn
 from architectures.transformer import LayerConfig, make_block
-from harness.registry import register
-from harness.spec import ArchSpec, Workload
+from harness.contract.registry import register
+from harness.contract.spec import ArchSpec, Workload
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ in the sequence length; a decode step is O(1) in the context (a fixed-size state
   layer's state passed in as tensors (S4D: h (B, D, N); Mamba: h (B, E, N) and the conv window
   (B, E, d_conv-1)), output logits (B, 1, vocab). ``kind`` picks S4D or Mamba (Mamba by default).
 
-``cost`` gives exact parameters and forward MACs as harness.flops counts them (the scan op's convention:
+``cost`` gives exact parameters and forward MACs as harness.instruments.flops counts them (the scan op's convention:
 3 MACs per (batch, position, channel, state), see :mod:`architectures.layers.ssm`); ``step_cost`` adds
 ``state_bytes``, the bytes of the state tensors a step reads (independent of the context length).
 """
@@ -30,8 +30,8 @@ from torch import Tensor, nn
 from architectures.inputs import need_seq_len, token_inputs
 from architectures.layers.blocks import NormKind, make_norm
 from architectures.layers.ssm import FWD_MACS_PER_STATE, MambaBlock, S4DBlock, SSMBlock
-from harness.registry import register
-from harness.spec import ArchSpec, Workload
+from harness.contract.registry import register
+from harness.contract.spec import ArchSpec, Workload
 
 SSMKind = Literal["s4d", "mamba"]
 
@@ -108,7 +108,7 @@ class SSMLM(nn.Module):
             new.append(s)
         return self.head(self.norm(x)), new
 
-    # The generation protocol (harness.generation), as the decoders implement it.
+    # The generation protocol (harness.engine.generation), as the decoders implement it.
     @staticmethod
     def cannot_generate(cfg: SSMConfig) -> str | None:
         """Why ``cfg`` cannot generate, or None: only causal Mamba has a parallel prefill here."""
@@ -218,7 +218,7 @@ def macs_per_token(cfg: SSMConfig) -> int:
 
 
 def cost(cfg: SSMConfig, w: Workload) -> dict[str, int]:
-    """Exact parameters and forward MACs as harness.flops counts them (linear in T)."""
+    """Exact parameters and forward MACs as harness.instruments.flops counts them (linear in T)."""
     return {"params": params(cfg), "macs": w.batch_size * need_seq_len(w) * macs_per_token(cfg)}
 
 

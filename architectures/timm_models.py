@@ -33,9 +33,9 @@ from typing import NamedTuple
 from torch import nn
 
 from architectures.inputs import image_inputs
-from harness.errors import BenchInputError
-from harness.registry import register_namespace
-from harness.spec import ArchSpec
+from harness.contract.errors import BenchInputError
+from harness.contract.registry import register_namespace
+from harness.contract.spec import ArchSpec
 
 TIMM_MISSING = "timm is not installed: pip install -c constraints.txt -e '.[timm]'"
 PUBLISHED_CSV = Path(__file__).parent / "data" / "timm_published.csv"

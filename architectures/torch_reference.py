@@ -24,8 +24,8 @@ from torch import Tensor, nn
 from architectures import transformer_cost as tc
 from architectures.inputs import hidden_inputs, need_seq_len
 from architectures.layers.attention import exact_mix_macs
-from harness.registry import register
-from harness.spec import ArchSpec, Workload
+from harness.contract.registry import register
+from harness.contract.spec import ArchSpec, Workload
 
 
 @dataclass(frozen=True)

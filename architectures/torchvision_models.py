@@ -12,10 +12,10 @@ from types import ModuleType
 from torch import nn
 
 from architectures.inputs import image_inputs
-from harness.errors import BenchInputError
-from harness.quoted import Quoted
-from harness.registry import register_namespace
-from harness.spec import ArchSpec
+from harness.contract.errors import BenchInputError
+from harness.contract.quoted import Quoted
+from harness.contract.registry import register_namespace
+from harness.contract.spec import ArchSpec
 
 
 def _torchvision() -> ModuleType:

@@ -28,8 +28,8 @@ from architectures.layers.efficient import SlidingWindowCore
 from architectures.layers.blocks import MLP, RESIDUALS, Activation, Block, NormKind, make_norm
 from architectures.layers.positions import PositionKind, make_positions
 from architectures.transformer_cost import kv_cache_bytes  # noqa: F401  (public here too)
-from harness.registry import register
-from harness.spec import ArchSpec
+from harness.contract.registry import register
+from harness.contract.spec import ArchSpec
 
 
 @dataclass(frozen=True)
@@ -202,7 +202,7 @@ class Decoder(nn.Module):
     def new_caches(self) -> list[KVCache]:
         return [KVCache() for _ in self.stack.blocks]
 
-    # The generation protocol (harness.generation): a state made once, a prefill, then one token per decode call.
+    # The generation protocol (harness.engine.generation): a state made once, a prefill, then one token per decode call.
     @staticmethod
     def cannot_generate(cfg: DecoderConfig) -> str | None:
         """Why ``cfg`` cannot generate, or None."""

@@ -1,6 +1,6 @@
 """Analytic cost of the transformer layouts: exact parameter counts, forward MACs, KV-cache bytes.
 
-MACs follow :func:`harness.flops.count_model` (eval, no_grad): only matmuls count — every linear
+MACs follow :func:`harness.instruments.flops.count_model` (eval, no_grad): only matmuls count — every linear
 (bias adds are free), QKᵀ and AV over the *full* T×S score matrix even when causal, with the
 query heads (H·hd = d_model) under GQA/MQA, and the LM or classification head. Embedding lookups,
 positions (sinusoidal, learned, RoPE, ALiBi), norms, softmax, activations and pooling count 0.
@@ -15,7 +15,7 @@ from typing import Any
 
 from architectures.inputs import need_seq_len
 from architectures.layers.attention import exact_mix_macs
-from harness.spec import Workload
+from harness.contract.spec import Workload
 
 
 def _linear(n_in: int, n_out: int, bias: bool) -> int:

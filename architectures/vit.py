@@ -15,8 +15,8 @@ from torch import Tensor, nn
 from architectures.inputs import image_inputs
 from architectures.layers.attention import Attention, AttnImpl
 from architectures.layers.blocks import MLP, Block, PreNorm, make_norm
-from harness.registry import register
-from harness.spec import ArchSpec, Workload
+from harness.contract.registry import register
+from harness.contract.spec import ArchSpec, Workload
 
 LN_EPS = 1e-6
 
@@ -109,7 +109,7 @@ class ViT(nn.Module):
 
 
 def vit_cost(cfg: ViTConfig, w: Workload) -> dict[str, int]:
-    """Exact parameters and forward MACs (matmuls and the patch conv, as harness.flops counts)."""
+    """Exact parameters and forward MACs (matmuls and the patch conv, as harness.instruments.flops counts)."""
     d, f, t, n, k = cfg.d_model, cfg.ff_dim, cfg.n_tokens, cfg.n_patches, cfg.num_classes
     block_params = 2 * 2 * d + (3 * d * d + 3 * d) + (d * d + d) + (d * f + f) + (f * d + d)
     params = (cfg.patch_dim * d + d) + d + t * d + cfg.n_layers * block_params + 2 * d + (d * k + k)

@@ -8,7 +8,7 @@ from typing import Any
 from claims.model import Claim, Published, Rule
 from claims.probes import load_all
 from claims.rules import TESTS
-from harness.errors import BenchInputError
+from harness.contract.errors import BenchInputError
 
 
 CATALOG = Path(__file__).with_name("claims.toml")

@@ -20,7 +20,7 @@ from typing import Any
 
 from claims.evidence import Context
 from claims.model import Claim
-from harness.errors import BenchInputError
+from harness.contract.errors import BenchInputError
 
 TIMINGS = Path(__file__).with_name("timings.toml")
 

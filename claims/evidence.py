@@ -17,11 +17,11 @@ from typing import Any
 
 import torch
 
-from harness.env import fingerprint
-from harness.records import CaseRecord, RunRecord
-from harness.run import Run, run_options
-from harness.store import Store
-from harness.suite import load_suite
+from harness.engine.env import fingerprint
+from harness.contract.records import CaseRecord, RunRecord
+from harness.engine.run import Run, run_options
+from harness.store.db import Store
+from harness.contract.suite import load_suite
 from claims.reads import reads_of
 
 log = logging.getLogger("bench")
@@ -51,7 +51,7 @@ class Context:
     on_record: Callable[[CaseRecord], None] | None = None
     device: str = "cpu"                    # where this context measures (rules for another device are unmeasured)
     force: bool = False                    # decide timing rules even when the machine was busy
-    processes: int = 1                     # fresh worker processes per suite case (harness.replicate)
+    processes: int = 1                     # fresh worker processes per suite case (harness.engine.replicate)
     _suites: dict[tuple, tuple[RunRecord, list[CaseRecord]]] = field(default_factory=dict)
     _experiments: dict[str, dict[str, Any]] = field(default_factory=dict)
     _experiment_provenance: dict[str, dict[str, Any]] = field(default_factory=dict)

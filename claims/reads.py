@@ -8,8 +8,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from harness.errors import BenchInputError
-from harness.spec import WORKLOAD_KEYS, Case
+from harness.contract.errors import BenchInputError
+from harness.contract.spec import WORKLOAD_KEYS, Case
 
 READS = Path(__file__).with_name("reads.toml")
 KEYS = {"lines", "drop", "peak", "why"}

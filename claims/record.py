@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 from claims.model import Chart, Claim, Evidence, Figure, Outcome, Rule, Verdict
-from harness.errors import BenchInputError
+from harness.contract.errors import BenchInputError
 
 DOCUMENT_KIND = "bench-claims"
 

@@ -10,17 +10,17 @@ import click
 
 from cli.common import (check_processes, debug_option, err, load_plugins, out, plugin_option, processes_option,
                         show_logs, store_option)
-from harness.ab import interleave_versions, worktree
-from harness.env import fingerprint
-from harness.errors import BenchInputError
+from harness.engine.ab import interleave_versions, worktree
+from harness.engine.env import fingerprint
+from harness.contract.errors import BenchInputError
 from harness.executors import EXECUTORS, make_executor
-from harness.records import FAILED, CaseRecord, RunRecord
-from harness.replicate import GATE_PROCESSES
-from harness.run import Run, run_options
-from harness.runner import RunOptions
-from harness.spec import Case
-from harness.store import Store
-from harness.suite import Suite, load_suite, parse_set
+from harness.contract.records import FAILED, CaseRecord, RunRecord
+from harness.engine.replicate import GATE_PROCESSES
+from harness.engine.run import Run, run_options
+from harness.engine.runner import RunOptions
+from harness.contract.spec import Case
+from harness.store.db import Store
+from harness.contract.suite import Suite, load_suite, parse_set
 from reports.check.baseline import baseline_document, load_baseline, parse_baseline, write_baseline
 from reports.check.render import check_table, headline, markdown, power_line
 from reports.check.report import CheckReport, check_run

@@ -20,9 +20,9 @@ from claims.model import Claim, Verdict
 from claims.record import claims_document, read_verdicts
 from claims.verdicts import run_claims
 from cli.common import check_processes, debug_option, err, out, processes_option, show_logs, store_option
-from harness.env import fingerprint, usable_cores
-from harness.errors import BenchInputError
-from harness.store import Store
+from harness.engine.env import fingerprint, usable_cores
+from harness.contract.errors import BenchInputError
+from harness.store.db import Store
 from reports.claims_view import VERDICTS, check_document, markdown_table, render_claims
 from reports.terminal import VERDICT_STYLE, verdict_table
 

@@ -12,9 +12,9 @@ import click
 from rich.console import Console
 from rich.logging import RichHandler
 
-from harness.errors import BenchInputError
-from harness.load import ROOT_PID_ENV
-from harness.plugins import load_files as load_plugin_files
+from harness.contract.errors import BenchInputError
+from harness.instruments.load import ROOT_PID_ENV
+from harness.contract.plugins import load_files as load_plugin_files
 
 # Pipes and CI logs get a wide, fixed width so tables never fold; a terminal uses its own width.
 out = Console(width=None if sys.stdout.isatty() else 160)
@@ -56,7 +56,7 @@ plugin_option = click.option("--plugin", "plugins", multiple=True, metavar="FILE
 
 
 def processes_option(default: int, what: str) -> Any:
-    """``--processes N``: fresh worker processes per case (harness.replicate); ``what`` says why this default
+    """``--processes N``: fresh worker processes per case (harness.engine.replicate); ``what`` says why this default
     (which applies with the ``process`` executor; any other measures in one process unless told otherwise)."""
     return click.option("--processes", type=click.IntRange(min=1), default=None, metavar="N",
                         help=f"Measure each case in N fresh worker processes; intervals and tests over processes "

@@ -1,5 +1,5 @@
 """``bench flops ARCH [--by-module [--diff-only]]``: one architecture's MACs by three counters side by side —
-ours (:mod:`harness.flops`), torch's stock ``FlopCounterMode`` and fvcore's ``FlopCountAnalysis``."""
+ours (:mod:`harness.instruments.flops`), torch's stock ``FlopCounterMode`` and fvcore's ``FlopCountAnalysis``."""
 from __future__ import annotations
 
 import csv
@@ -10,13 +10,13 @@ import click
 from rich.table import Table
 
 from cli.common import load_plugins, out, plugin_option
-from harness import registry
-from harness.errors import BenchInputError
-from harness.flop_table import FlopRow, FlopTable, build_real, flop_table, relative_spread
-from harness.spec import MODES, Workload
-from harness.suite import parse_set
+from harness.contract import registry
+from harness.contract.errors import BenchInputError
+from harness.instruments.flop_table import FlopRow, FlopTable, build_real, flop_table, relative_spread
+from harness.contract.spec import MODES, Workload
+from harness.contract.suite import parse_set
 
-COUNTERS = (("ours", "ours (harness.flops)"), ("torch", "torch FlopCounterMode"),
+COUNTERS = (("ours", "ours (harness.instruments.flops)"), ("torch", "torch FlopCounterMode"),
             ("fvcore", "fvcore FlopCountAnalysis"))
 UNITS = (("T", 10**12), ("G", 10**9), ("M", 10**6), ("k", 10**3))
 DEFAULT_DEPTH = 2
@@ -124,7 +124,7 @@ def write_csv(path: str, table: FlopTable, tolerance: float) -> None:
 def flops(arch: str, batch_size: int, seq_len: int | None, img_size: int | None, sets: tuple[str, ...], mode: str,
           by_module: bool, depth: int | None, diff_only: bool, tolerance: float, as_json: bool, csv_path: str | None,
           plugins: tuple[str, ...]) -> None:
-    """MACs of ARCH on one input by three counters side by side: ours (harness.flops), torch's stock
+    """MACs of ARCH on one input by three counters side by side: ours (harness.instruments.flops), torch's stock
     FlopCounterMode and fvcore's FlopCountAnalysis; totals, or per module with --by-module."""
     load_plugins(plugins)
     workload = Workload(batch_size=batch_size, seq_len=seq_len, img_size=img_size, mode=mode)

@@ -8,8 +8,8 @@ from typing import Any
 
 import click
 
-from harness.errors import BenchInputError
-from harness.store import Store
+from harness.contract.errors import BenchInputError
+from harness.store.db import Store
 from reports.claims_view import check_document
 from reports.html import write_report
 

@@ -11,18 +11,18 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from cli.common import (check_processes, debug_option, err, load_plugins, out, plugin_option, processes_option,
                         show_logs, store_option)
-from harness import registry
-from harness.energy import Absent, find_meter
-from harness.errors import BenchInputError
+from harness.contract import registry
+from harness.instruments.energy import Absent, find_meter
+from harness.contract.errors import BenchInputError
 from harness.executors import EXECUTORS
 from harness.executors.devices import check_devices, device_type, parse_devices
 from harness.executors.process import prestart as prestart_worker
 from harness.executors.ray_executor import RAY_MISSING, ray_available
-from harness.overhead import RunOverhead, summary_line
-from harness.records import CaseRecord, RunRecord
-from harness.run import Run, run_options
-from harness.store import Store
-from harness.suite import case_from_record, list_suites, load_suite, parse_set
+from harness.engine.overhead import RunOverhead, summary_line
+from harness.contract.records import CaseRecord, RunRecord
+from harness.engine.run import Run, run_options
+from harness.store.db import Store
+from harness.contract.suite import case_from_record, list_suites, load_suite, parse_set
 from reports.compare import compare_runs, env_differences, interleaved_rows, pair_records
 from reports.export import to_csv, to_json, to_parquet, to_pytest_benchmark, to_tidy_csv
 from reports.findings import run_findings
@@ -178,7 +178,7 @@ def check_flush_l2(cases: list) -> None:
     off = sorted({c.workload.device for c in cases if not c.workload.device.startswith("cuda")})
     if off:
         raise BenchInputError(f"CUDA only, and this run has cases on {', '.join(off)}: a CPU's last-level cache is "
-                              "shared with other processes and cannot be flushed defensibly (harness/timing.py); "
+                              "shared with other processes and cannot be flushed defensibly (harness/instruments/timing.py); "
                               "add --device cuda or drop --flush-l2", where="--flush-l2")
 
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from harness.registry import register
-from harness.spec import ArchSpec, Workload
+from harness.contract.registry import register
+from harness.contract.spec import ArchSpec, Workload
 
 
 @dataclass(frozen=True)

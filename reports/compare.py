@@ -1,6 +1,6 @@
 """Compare two stored runs case by case: ratio of medians B/A with a bootstrap CI and a verdict.
 
-Pure: stored records in, plain dicts out (``harness.stats.compare`` does the statistics on the raw
+Pure: stored records in, plain dicts out (``harness.analysis.stats.compare`` does the statistics on the raw
 ``samples_s``). Cases are aligned on ``case_key``; only cases ``ok`` with timing samples in both
 runs are compared, the rest are counted.
 """
@@ -13,9 +13,9 @@ from typing import Any
 
 import pandas as pd
 
-from harness.records import CaseRecord, RunRecord
-from harness.stats import SAME_REL_TOL, paired_ratio
-from harness.stats import compare as compare_samples
+from harness.contract.records import CaseRecord, RunRecord
+from harness.analysis.stats import SAME_REL_TOL, paired_ratio
+from harness.analysis.stats import compare as compare_samples
 from reports.frames import sweep_axis
 from reports.labels import param_labels
 
@@ -43,7 +43,7 @@ def _timed(r: CaseRecord) -> bool:
 
 
 def compare_runs(records_a: list[CaseRecord], records_b: list[CaseRecord], axis: str | None = None) -> Comparison:
-    """Align on ``case_key`` and compare B against A per case (see ``harness.stats.compare``)."""
+    """Align on ``case_key`` and compare B against A per case (see ``harness.analysis.stats.compare``)."""
     by_b = {r.case_key: r for r in records_b}
     keys_a = {r.case_key for r in records_a}
     axis = sweep_axis(records_a or records_b, axis)

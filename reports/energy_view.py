@@ -2,7 +2,7 @@
 the average power, the window and the counter's step; for a run that asked for energy (``--energy``) and got
 none, the reasons the cases gave (e.g. "no energy counter on this machine") — never a 0.
 
-The figures are :mod:`harness.energy`'s stored metrics: ``energy_j`` (per call), ``energy_per_sample_j``,
+The figures are :mod:`harness.instruments.energy`'s stored metrics: ``energy_j`` (per call), ``energy_per_sample_j``,
 ``energy_per_token_j``, ``avg_power_w``, ``energy_window_s``, ``energy_step_share`` and the independent
 power-sample integral ``energy_power_integral_j`` (per call).
 """
@@ -12,7 +12,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harness.records import CaseRecord
+from harness.contract.records import CaseRecord
 
 ENERGY_FIGURES = ("energy_per_sample_j", "energy_per_token_j")
 """Energy metrics drawn against the run's axis (J/image against batch, J/token against context)."""

@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.records import CaseRecord, RunRecord
+from harness.contract.records import CaseRecord, RunRecord
 from reports.labels import case_params
 from reports.frames import tidy_frame, wide_frame
 

@@ -1,6 +1,6 @@
 """What a run shows, as data: per line the fits of time, memory and MACs vs the swept size — affine (a floor plus
-the marginal cost per unit, :func:`harness.stats.fit_affine`) where the data have a floor, else the scaling
-exponent over the scaling regime (:func:`harness.stats.fit_scaling`, the floor reported apart) — and the ratios between lines
+the marginal cost per unit, :func:`harness.analysis.stats.fit_affine`) where the data have a floor, else the scaling
+exponent over the scaling regime (:func:`harness.analysis.stats.fit_scaling`, the floor reported apart) — and the ratios between lines
 that differ in exactly one parameter, at the largest size both reached. The terminal headline, the
 report's first section and ``bench show`` all read these (torch-free).
 """
@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.process_stats import ONE_PROCESS_NOTE, process_groups, process_ratio
-from harness.records import CaseRecord, RunRecord
-from harness.stats import AffineFit, ScalingFit, compare, fit_cost
+from harness.analysis.process_stats import ONE_PROCESS_NOTE, process_groups, process_ratio
+from harness.contract.records import CaseRecord, RunRecord
+from harness.analysis.stats import AffineFit, ScalingFit, compare, fit_cost
 from reports.frames import is_number, sweep_axis, varying_keys
 
 FIT_METRICS: dict[str, str] = {"median_ms": "time", "peak_bytes": "memory", "macs": "MACs"}
@@ -106,7 +106,7 @@ def _count(records: Sequence[CaseRecord]) -> dict[str, int]:
 
 
 def _fit(records: Sequence[CaseRecord], axis: str, metric: str) -> ScalingFit | AffineFit | None:
-    """:func:`harness.stats.fit_cost`: affine (floor + marginal cost per unit) where the data have a floor,
+    """:func:`harness.analysis.stats.fit_cost`: affine (floor + marginal cost per unit) where the data have a floor,
     else the power law over the scaling regime."""
     pts = [(float(r.value(axis)), r.metric(metric)) for r in records if r.ok and r.metric(metric) is not None]
     return (fit_cost([p[0] for p in pts], [p[1] for p in pts], exact=metric in EXACT_METRICS)
@@ -162,7 +162,7 @@ def _groups(r: CaseRecord) -> list[tuple[float, ...]] | None:
 
 
 def _time_ratio(a: CaseRecord, b: CaseRecord) -> Ratio | None:
-    """a's median time ÷ b's with a 95% interval: over processes (:func:`harness.process_stats.process_ratio`)
+    """a's median time ÷ b's with a 95% interval: over processes (:func:`harness.analysis.process_stats.process_ratio`)
     when both were measured in two or more, else a bootstrap of both cases' raw samples (one process: the
     interval covers that process only)."""
     if not a.samples_s or not b.samples_s:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.records import CaseRecord
+from harness.contract.records import CaseRecord
 
 ID_COLUMNS = ["case_key", "suite", "line", "arch", "status", "message"]
 Records = Sequence[CaseRecord]
@@ -20,7 +20,7 @@ def peak_flops(peak: dict[str, Any] | None, device: str, dtype: str) -> float | 
     """The measured matmul FLOP/s of ``dtype`` on ``device`` from a run's peak (None if absent).
 
     ``peak`` maps a device string (as the cases name it: ``cpu``, ``cuda``, ``cuda:1``) to
-    :func:`harness.calibrate.calibrate`'s result.
+    :func:`harness.instruments.calibrate.calibrate`'s result.
     """
     found = _device_peak(peak, device).get("matmul_flops_per_s", {}).get(dtype)
     return float(found) if found else None
@@ -43,7 +43,7 @@ def device_dtype(rec: CaseRecord) -> tuple[str, str]:
 
 def executed_flops(rec: CaseRecord) -> float | None:
     """The FLOPs the case's kernels executed: ``2 · executed_macs`` where the record has it (the dense count
-    minus what fused causal attention skipped, :mod:`harness.kernels`), else the counted ``flops``."""
+    minus what fused causal attention skipped, :mod:`harness.instruments.kernels`), else the counted ``flops``."""
     executed = rec.metric("executed_macs")
     return 2.0 * executed if executed is not None else rec.metric("flops")
 
@@ -84,7 +84,7 @@ def rates(rec: CaseRecord, peak: dict[str, Any] | None = None) -> dict[str, floa
 
 
 def generation_rates(rec: CaseRecord, peak: dict[str, Any] | None) -> dict[str, float]:
-    """A generation case's (harness.generation) distance from the physical limits, from the run's calibrated peak:
+    """A generation case's (harness.engine.generation) distance from the physical limits, from the run's calibrated peak:
 
     * ``prefill_peak_share``: the prefill's counted FLOPs (2·``prefill_macs``) per ``ttft_ms``, over the matmul peak
       of its device and dtype (the usual % of compute peak, for the prefill alone);

@@ -1,7 +1,7 @@
 """The accuracy-vs-cost frontier of a vision run (torch-free): quoted ImageNet top-1 against measured cost.
 
 Accuracy is a **quoted** figure (``quoted_top1``, published with the model's weights; its source is in the
-case's note, :mod:`harness.quoted`), never a measurement of this harness; the cost is measured here: median
+case's note, :mod:`harness.contract.quoted`), never a measurement of this harness; the cost is measured here: median
 latency, counted MACs, throughput. :func:`pareto` is the pure computation (in :mod:`reports.pareto`, which the
 claims may import; re-exported here) — a model is *dominated* when another is at least as accurate and at least
 as cheap, and strictly better in one; the frontier is the rest.
@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 from matplotlib.figure import Figure
 
-from harness.quoted import sources
-from harness.records import CaseRecord
+from harness.contract.quoted import sources
+from harness.contract.records import CaseRecord
 from reports.pareto import Frontier, Point, dominates, pareto  # noqa: F401  (re-exported: the pure part)
 from reports.plots import tex_safe
 

@@ -1,4 +1,4 @@
-"""What a run of generation cases shows (mode "generate", :mod:`harness.generation`), from stored records only:
+"""What a run of generation cases shows (mode "generate", :mod:`harness.engine.generation`), from stored records only:
 
 * per line, the **linear** slope of TTFT against the prompt length (µs per prompt token) and of TPOT against the
   context a step reads (prompt_len + new_tokens / 2, the mean over the steps; µs per context token), by least
@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.records import CaseRecord
+from harness.contract.records import CaseRecord
 from reports.frames import generation_rates
 
 KNEE_TPOT_RATIO = 1.5

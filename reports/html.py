@@ -18,8 +18,8 @@ from typing import Any
 
 from markupsafe import Markup
 
-from harness.errors import BenchInputError
-from harness.records import CaseRecord, RunRecord
+from harness.contract.errors import BenchInputError
+from harness.contract.records import CaseRecord, RunRecord
 from reports import generation as gen
 from reports import energy_view, frontier
 from reports.claims_view import claims_section

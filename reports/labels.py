@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from harness.records import LABEL_KEYS, CaseRecord
+from harness.contract.records import LABEL_KEYS, CaseRecord
 from reports.frames import varying_keys
 
 

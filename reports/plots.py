@@ -1,7 +1,7 @@
 """Matplotlib figures of a run's metrics vs its swept axis, and inline SVG for the HTML views.
 
 One figure per metric (latency, peak memory, MACs, throughput), every line of the run in it: each line's
-legend entry carries its exponent fitted over the scaling regime (:func:`harness.stats.fit_scaling`, the
+legend entry carries its exponent fitted over the scaling regime (:func:`harness.analysis.stats.fit_scaling`, the
 project's one fit-range rule), the fitted power law is drawn over that regime only and the floor points
 below it are hollow. Cases that produced no number are marks at their x, never gaps.
 
@@ -26,8 +26,8 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import LogFormatter  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
-from harness.records import CaseRecord  # noqa: E402
-from harness.stats import AffineFit, Fit, ScalingFit, fit_scaling, top_slope  # noqa: E402
+from harness.contract.records import CaseRecord  # noqa: E402
+from harness.analysis.stats import AffineFit, Fit, ScalingFit, fit_scaling, top_slope  # noqa: E402
 from reports.frames import is_number  # noqa: E402
 from reports.terminal import fit_text, symbol  # noqa: E402
 
@@ -48,7 +48,7 @@ FIGURE_METRICS: dict[str, MetricView] = {
     "peak_bytes": MetricView("peak memory", "peak memory (MiB)", MiB),
     "macs": MetricView("MACs", "GMACs", 1e9),
     "throughput_per_s": MetricView("throughput", "throughput (items/s)"),
-    # generation cases (harness.generation): drawn only where a run has them
+    # generation cases (harness.engine.generation): drawn only where a run has them
     "ttft_ms": MetricView("TTFT", "time to first token (ms)"),
     "tpot_ms": MetricView("TPOT", "time per output token after the first (ms)"),
     "itl_p99_ms": MetricView("ITL p99", "inter-token latency, p99 (ms)"),
@@ -131,7 +131,7 @@ def line_fits(records: Sequence[CaseRecord], metric: str, spec: PlotSpec) -> dic
 
 
 def scaling_fit(x: Sequence[float], y: Sequence[float]) -> ScalingFit | None:
-    """:func:`harness.stats.fit_scaling` of ``y``; for a metric that falls with x (throughput: items per second),
+    """:func:`harness.analysis.stats.fit_scaling` of ``y``; for a metric that falls with x (throughput: items per second),
     the rule is applied to its reciprocal (seconds per item, which rises out of a floor) and the fit mirrored,
     so its regime and floor are those of the time it is the inverse of."""
     slope = top_slope(x, y)

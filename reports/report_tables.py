@@ -8,8 +8,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harness.records import LABEL_KEYS, CaseRecord, RunRecord
-from harness.stats import ScalingFit, summarize
+from harness.contract.records import LABEL_KEYS, CaseRecord, RunRecord
+from harness.analysis.stats import ScalingFit, summarize
 from reports.findings import FIT_METRICS, Findings
 from reports.labels import case_labels, param_columns
 from reports.frames import sdpa_backend

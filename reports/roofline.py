@@ -14,7 +14,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from harness.records import CaseRecord
+from harness.contract.records import CaseRecord
 from reports.frames import device_dtype, peak_bandwidth, peak_flops, roofline_point
 from reports.labels import case_labels
 from reports.plots import tex_safe

@@ -8,8 +8,8 @@ from typing import Any
 
 from rich.table import Table
 
-from harness.records import CaseRecord, RunRecord
-from harness.stats import FLOOR_NEGLIGIBLE, AffineFit, ScalingFit
+from harness.contract.records import CaseRecord, RunRecord
+from harness.analysis.stats import FLOOR_NEGLIGIBLE, AffineFit, ScalingFit
 from reports.compare import Comparison
 from reports.findings import FIT_METRICS, Contrast, Findings, LineFinding, Ratio
 from reports.frames import rates, sdpa_backend
@@ -153,7 +153,7 @@ def cases_table(records: Sequence[CaseRecord], axis: str | None, title: str = ""
             _num(r.metric("median_ms")), ci, _num(r.metric("macs"), 1e9, "{:,.2f}"), pct_peak(r, peak),
             _num(r.metric("params"), 1e6, "{:,.1f}"),
             _num(r.metric("peak_bytes"), MiB, "{:,.0f}"), _num(r.metric("est_peak_bytes"), MiB, "{:,.0f}")]
-        if energy:     # energy beside time (harness.energy); "-" where absent, its reason in the note
+        if energy:     # energy beside time (harness.instruments.energy); "-" where absent, its reason in the note
             cells += [_num(r.metric("energy_j"), 1.0, "{:.4g}"), _num(r.metric("avg_power_w"), 1.0, "{:,.1f}")]
         table.add_row(*cells, *([backend] if any(backends) else []), *([note] if any(notes) else []))
     return table

@@ -1,4 +1,4 @@
-"""The training step's view of a run (cases of mode ``train_step``, harness.training): a table of rates, FLOPs and
+"""The training step's view of a run (cases of mode ``train_step``, harness.engine.training): a table of rates, FLOPs and
 memory by kind, tokens/s (and MFU where the device has a published dense peak) against model size, and memory by
 kind as a stacked bar per case. Reads stored records only (no torch)."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from harness.records import CaseRecord
+from harness.contract.records import CaseRecord
 from reports.frames import is_number
 from reports.labels import case_labels
 

@@ -33,7 +33,7 @@ def pytest_configure(config):
     so two workers on two cores oversubscribe them: an OpenMP thread descheduled mid-region stalls its peers,
     and a small training test measured 20 times slower in wall time (and 20 times the CPU time, spent spinning).
     Worker i of n keeps cores i, i+n, ... (one core, shared, when there are fewer cores than workers): its torch, the
-    runs it measures (threads default to the usable cores, ``harness.env.usable_cores``) and the processes it
+    runs it measures (threads default to the usable cores, ``harness.engine.env.usable_cores``) and the processes it
     starts inherit that share. A plain ``pytest`` (and the serial phase) keeps every core."""
     worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
     if not worker or not count or not hasattr(os, "sched_setaffinity"):

@@ -10,11 +10,11 @@ import torch
 from click.testing import CliRunner, Result
 
 from cli import main
-from harness.fake import build_fake, new_fake_mode
-from harness.flops import count_model, count_params
-from harness.records import RunRecord
-from harness.spec import ArchSpec, Workload
-from harness.store import Store
+from harness.instruments.fake import build_fake, new_fake_mode
+from harness.instruments.flops import count_model, count_params
+from harness.contract.records import RunRecord
+from harness.contract.spec import ArchSpec, Workload
+from harness.store.db import Store
 
 TINY_SUITE = """
 name = "tiny"

@@ -17,8 +17,8 @@ import torch
 from torch import nn
 from torch._subclasses.fake_tensor import is_fake
 
-from harness.registry import register
-from harness.spec import ArchSpec, Workload
+from harness.contract.registry import register
+from harness.contract.spec import ArchSpec, Workload
 
 
 @dataclass(frozen=True)

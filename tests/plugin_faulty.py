@@ -19,8 +19,8 @@ import torch
 from torch import nn
 from torch._subclasses.fake_tensor import is_fake
 
-from harness.registry import register
-from harness.spec import ArchSpec, Workload
+from harness.contract.registry import register
+from harness.contract.spec import ArchSpec, Workload
 
 Behavior = Literal["ok", "hang", "sigkill", "exit3", "boom", "torch_oom", "memory_error"]
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from claims.probes import exponent
-from harness.records import CaseRecord
-from harness.stats import (FLOOR_NEGLIGIBLE, AffineFit, ScalingFit, fit_affine, fit_cost, fit_floor_power,
+from harness.contract.records import CaseRecord
+from harness.analysis.stats import (FLOOR_NEGLIGIBLE, AffineFit, ScalingFit, fit_affine, fit_cost, fit_floor_power,
                            fit_scaling)
 from reports.findings import Ratio, findings
 from reports.terminal import _times, headline_lines

@@ -16,9 +16,9 @@ from architectures.layers.attention import (
     sdpa_attention,
 )
 from architectures.single_layer import from_torch
-from harness import registry
-from harness.spec import Workload
-from harness.suite import load_suite
+from harness.contract import registry
+from harness.contract.spec import Workload
+from harness.contract.suite import load_suite
 from tests.helpers import counted_cost
 
 torch.manual_seed(0)
@@ -248,7 +248,7 @@ def test_scale_is_the_same_in_eager_and_sdpa_and_none_means_inverse_sqrt_head_di
 
 def test_attention_core_uses_the_shared_core_and_rejects_unknown_impls() -> None:
     from architectures.attention_core import AttentionCore, AttentionCoreConfig, core_cost, core_inputs
-    from harness.spec import Workload
+    from harness.contract.spec import Workload
     with pytest.raises(ValueError, match="unknown attention impl"):
         AttentionCoreConfig(attn_impl="flash")
     w = Workload(batch_size=2, seq_len=16)

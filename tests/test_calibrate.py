@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 import torch
 
-from harness.calibrate import calibrate
-from harness.store import Store
+from harness.instruments.calibrate import calibrate
+from harness.store.db import Store
 from reports.frames import rates, wide_frame
 from tests.helpers import invoke, run_tiny
 
@@ -87,7 +87,7 @@ def test_runs_without_a_peak_lack_peak_share(runs):
 
 
 def test_max_peak_keeps_the_higher_rate_per_device_and_dtype() -> None:
-    from harness.run import max_peak
+    from harness.engine.run import max_peak
     start = {"cpu": {"matmul_flops_per_s": {"fp32": 50e9, "bf16": 10e9}, "copy_bytes_per_s": 9e9}}
     end = {"cpu": {"matmul_flops_per_s": {"fp32": 70e9}, "copy_bytes_per_s": 8e9},
            "cuda:0": {"matmul_flops_per_s": {"bf16": 700e12}, "copy_bytes_per_s": 3e12}}
@@ -99,7 +99,7 @@ def test_max_peak_keeps_the_higher_rate_per_device_and_dtype() -> None:
 
 
 def test_a_run_recalibrates_at_its_end_and_keeps_the_higher_peak(tmp_path) -> None:
-    from harness.store import Store
+    from harness.store.db import Store
     from tests.helpers import run_tiny
     _, url, res = run_tiny(tmp_path)
     assert res.exit_code == 0, res.stderr
@@ -114,7 +114,7 @@ def test_a_cuda_only_run_calibrates_once(monkeypatch) -> None:
     the end re-check runs for CPU cases only."""
     from types import SimpleNamespace
 
-    from harness import run as run_mod
+    from harness.engine import run as run_mod
     calls: list[dict] = []
     monkeypatch.setattr(run_mod, "calibrate_peak", lambda used, threads: calls.append(used) or {
         d: {"matmul_flops_per_s": {dt: 1e9 for dt in dts}, "copy_bytes_per_s": 1e9} for d, dts in used.items()})

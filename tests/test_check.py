@@ -13,8 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
 
-from harness.errors import BenchInputError
-from harness.records import CaseRecord, RunRecord
+from harness.contract.errors import BenchInputError
+from harness.contract.records import CaseRecord, RunRecord
 from reports.check.baseline import (BASELINE_FORMAT, Baseline, baseline_document, load_baseline, parse_baseline,
                                     write_baseline)
 from reports.check.metrics import MetricFinding

@@ -16,10 +16,10 @@ from claims.rules import check, combine, evaluate
 from claims import evidence as evidence_module
 from claims import verdicts as verdicts_module
 from claims.evidence import Context
-from harness.store import Store
+from harness.store.db import Store
 from claims.probes import load_all
 from claims.verdicts import decide
-from harness.errors import BenchInputError
+from harness.contract.errors import BenchInputError
 from tests.helpers import invoke
 
 WITHIN = Rule("k", "within", "exponent ≈ 2", lo=1.6, hi=2.2)
@@ -211,9 +211,9 @@ def test_stored_suite_run_is_reused_only_with_the_same_cases(tmp_path):
     """A stored run is evidence only for the cases it holds: a case it lacks (a changed suite file) is measured
     again; a run holding more cases than are needed serves (the cases are the same, key for key)."""
     from claims.evidence import Context
-    from harness.env import fingerprint
-    from harness.store import Store
-    from harness.suite import load_suite
+    from harness.engine.env import fingerprint
+    from harness.store.db import Store
+    from harness.contract.suite import load_suite
     store = Store(f"sqlite:///{tmp_path / 's.sqlite'}")
     ctx = Context(store=store, quick=True, threads=1)
     suite = load_suite("heads", quick=True, sets={"threads": 1})

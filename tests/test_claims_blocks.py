@@ -9,7 +9,7 @@ from claims.catalog import load_catalog
 from claims.model import Evidence, Figure
 from claims.probes import analytic_params, blocks
 from claims.verdicts import decide
-from harness.registry import resolve
+from harness.contract.registry import resolve
 from claims.record import to_record
 
 EXPECTED = {"C31": "partly supported", "C32": "contradicted", "C33": "partly supported", "C34": "supported",

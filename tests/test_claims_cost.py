@@ -10,9 +10,9 @@ import torch
 
 from architectures.attention_core import AttentionCore, AttentionCoreConfig, core_inputs
 from claims.probes import cost
-from harness import flops
-from harness.records import CaseRecord
-from harness.spec import Workload
+from harness.instruments import flops
+from harness.contract.records import CaseRecord
+from harness.contract.spec import Workload
 
 aten = torch.ops.aten
 

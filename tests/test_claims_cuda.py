@@ -26,10 +26,10 @@ from claims.probes.cost import flash_memory_ratio
 from claims.probes.vision import COMPILED, GPU_RATE_SUITE, gpu_rates
 from claims.record import claims_document, read_verdicts
 from claims.verdicts import decide
-from harness.errors import BenchInputError
+from harness.contract.errors import BenchInputError
 from harness.executors.base import interleave_groups
-from harness.records import RunRecord
-from harness.suite import load_suite
+from harness.contract.records import RunRecord
+from harness.contract.suite import load_suite
 from reports.claims_view import claims_section, markdown_table
 from tests.helpers import invoke
 

@@ -12,7 +12,7 @@ from claims.model import Figure, Rule
 from claims.probes.vision import FRONTIER_FIGURES, convnext, read_frontier
 from claims.rules import check
 from claims.verdicts import decide
-from harness.records import CaseRecord
+from harness.contract.records import CaseRecord
 
 TOP1 = {"convnext-tiny": 82.5, "vit-b16": 81.1, "resnet50": 76.1}
 IS_TRUE = Rule("f", "is_true", "yes")

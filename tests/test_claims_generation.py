@@ -15,9 +15,9 @@ from claims.probes import generation as gen
 from claims.probes import load_all
 from claims.rules import check
 from harness.executors.base import interleave_groups
-from harness.records import CaseRecord, RunRecord
-from harness.registry import resolve
-from harness.suite import load_suite
+from harness.contract.records import CaseRecord, RunRecord
+from harness.contract.registry import resolve
+from harness.contract.suite import load_suite
 
 ROUNDS, PER_ROUND = 5, 2
 DRIFT = (1.00, 1.08, 0.95, 1.15, 1.02)           # the machine's drift: the same for every case in a round

@@ -19,8 +19,8 @@ from claims.probes import blocks, cost, ssm, variants, vision, vision_rivals
 from claims.record import claims_document, read_verdicts
 from claims.rules import combine
 from claims.verdicts import decide
-from harness.fake import new_fake_mode
-from harness.spec import Workload
+from harness.instruments.fake import new_fake_mode
+from harness.contract.spec import Workload
 
 CATALOG = {c.id: c for c in load_catalog()}
 
@@ -151,7 +151,7 @@ def test_c41_is_labelled_the_projects_own_question():
     from reports.claims_view import render_claims
     v = decide(c, Evidence(figures=ssm.recall_figures(_recall([1.0] * 3, [0.5] * 3), None),
                            unavailable={"lm_rel_loss_mamba": "not trained"}))
-    from harness.env import fingerprint
+    from harness.engine.env import fingerprint
     doc = claims_document([v], fingerprint(threads=1), {"quick": True, "seeds": [0, 1, 2], "threads": 1, "used": [], "force": False,
                                      "device": "cpu", "wall_s": 1.0})
     assert doc["claims"][0]["own_question"] == c.own_question

@@ -96,7 +96,7 @@ def test_c09_the_window_that_sees_every_key_beats_uniform_measured():
 def _layer_rows(att_ms: dict[int, float], lstm_ms: dict[int, float], d: int = 256) -> list:
     """attention-layer and lstm-small records at width d, timed side by side (one group per n), with the
     counted MACs of the two layers' formulas (the probe reads the stored counts)."""
-    from harness.records import CaseRecord
+    from harness.contract.records import CaseRecord
     rows = []
     for n in sorted(att_ms):
         for arch, ms, macs in (("attention-layer", att_ms[n], 4 * n * d * d + 2 * n * n * d),

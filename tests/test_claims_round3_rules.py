@@ -21,7 +21,7 @@ from claims.power import clopper_pearson, detectable_gap, paired_gap
 from claims.record import claims_document, read_verdicts
 from claims.rules import centrals, combine, evaluate
 from claims.verdicts import decide
-from harness.errors import BenchInputError
+from harness.contract.errors import BenchInputError
 
 CATALOG = {c.id: c for c in load_catalog()}
 GAP = Rule("gap", "at_least", "post fails more often", lo=0.01, central=True, power="gap_mde")
@@ -209,7 +209,7 @@ def test_c17_post_norm_failing_at_high_learning_rates_passes_the_central_rule():
 def test_c23_has_a_central_rule_per_device_and_the_cpu_one_compares_same_macs():
     heads = {r.device: r for r in CATALOG["C23"].rules if r.central}
     assert set(heads) == {"cpu", "cuda"} and heads["cpu"].figure == "vits_over_resnet_rate"
-    from harness.suite import load_suite
+    from harness.contract.suite import load_suite
     archs = {c.arch for c in load_suite("vit_vs_cnn", quick=True).cases}
     assert {"vit-s16", "resnet50"} <= archs                 # the run the CPU claims already measure has both
 

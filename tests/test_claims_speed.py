@@ -12,10 +12,10 @@ from claims.catalog import load_catalog
 from claims.estimate import estimate, load_timings, minutes, pieces_of
 from claims.evidence import Context
 from claims.reads import READS, Reads, load_reads, parse, reads_of
-from harness.errors import BenchInputError
-from harness.spec import WORKLOAD_KEYS
-from harness.store import Store
-from harness.suite import list_suites, load_suite
+from harness.contract.errors import BenchInputError
+from harness.contract.spec import WORKLOAD_KEYS
+from harness.store.db import Store
+from harness.contract.suite import list_suites, load_suite
 from tests.helpers import invoke
 
 TINY = """
@@ -143,7 +143,7 @@ def test_estimates_count_each_piece_once_and_never_invent_a_zero(tmp_path):
 
 def test_a_stored_experiment_costs_nothing_in_the_estimate(tmp_path, monkeypatch):
     import claims.evidence as evidence
-    from harness.env import fingerprint
+    from harness.engine.env import fingerprint
     store = Store(f"sqlite:///{tmp_path / 's.sqlite'}")
     ctx = Context(store=store, quick=True, threads=1, seeds=(0,))
     by_id = {c.id: c for c in load_catalog()}

@@ -12,7 +12,7 @@ from claims.experiments.norm_placement import diverged, never_learned
 from claims.catalog import load_catalog
 from claims.probes import PROBES, vision
 from claims.verdicts import decide
-from harness.records import CaseRecord
+from harness.contract.records import CaseRecord
 from claims.probes.training import norm_placement, small_data
 
 TASK = SimpleNamespace(trivial_loss=2.77)          # ln 16: the context-free predictor

@@ -16,10 +16,10 @@ from claims.model import Figure
 from claims.probes import load_all
 from claims.probes import long_sequence as ls
 from claims.probes import variants
-from harness.timing import TimingResult
-from harness.records import CaseRecord
-from harness.registry import resolve
-from harness.suite import load_suite
+from harness.instruments.timing import TimingResult
+from harness.contract.records import CaseRecord
+from harness.contract.registry import resolve
+from harness.contract.suite import load_suite
 
 
 def _rec(line: str, n: int, ms: float, *, spread: float = 0.02, **values) -> CaseRecord:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.store import Store
-from harness.suite import load_suite
+from harness.store.db import Store
+from harness.contract.suite import load_suite
 from tests.helpers import TINY_SUITE, invoke, run_tiny
 from tests.test_suite import BAD
 

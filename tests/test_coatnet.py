@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from architectures.coatnet import PRESETS, CoAtNet, CoAtNetConfig, RelativeAttention, coatnet_cost, from_timm
-from harness.fake import build_fake, new_fake_mode
-from harness.flops import FlopCount, count_model, count_params
-from harness.spec import Workload
+from harness.instruments.fake import build_fake, new_fake_mode
+from harness.instruments.flops import FlopCount, count_model, count_params
+from harness.contract.spec import Workload
 
 CPU = torch.device("cpu")
 SDPA_CPU = "aten._scaled_dot_product_flash_attention_for_cpu"

@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from harness.records import CaseRecord, RunRecord
-from harness.store import Store
+from harness.contract.records import CaseRecord, RunRecord
+from harness.store.db import Store
 from reports.compare import compare_runs, env_differences, interleaved_rows
 from tests.helpers import invoke, run_tiny
 

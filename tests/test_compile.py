@@ -8,14 +8,15 @@ import dataclasses
 import pytest
 import torch
 
-from harness import compiled, registry
-from harness.compiled import compile_model, uses_cuda_graphs, warm_up_compiled
-from harness.errors import BenchInputError
-from harness.runner import RunOptions, run_case
-from harness.spec import COMPILES, Case, Workload, workload_dict
-from harness.steps import first_tensor, make_step
-from harness.suite import load_suite
-from harness.timing import TimingConfig
+from harness.engine import compiled
+from harness.contract import registry
+from harness.engine.compiled import compile_model, uses_cuda_graphs, warm_up_compiled
+from harness.contract.errors import BenchInputError
+from harness.engine.runner import RunOptions, run_case
+from harness.contract.spec import COMPILES, Case, Workload, workload_dict
+from harness.engine.steps import first_tensor, make_step
+from harness.contract.suite import load_suite
+from harness.instruments.timing import TimingConfig
 from tests.helpers import invoke
 
 FAST = TimingConfig(warmup_calls=1, warmup_s=0.0, min_samples=3, min_time_s=0.0, max_time_s=1.0, rounds=1)

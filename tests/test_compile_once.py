@@ -1,6 +1,6 @@
 """A model is compiled once for all its batches (issue 26, item 4): the batch dimension is marked dynamic
-(harness.compiled.mark_batch_dynamic) and the compiled wrapper is kept with the worker's kept model
-(harness.models.ModelCache.compiled), so a batch sweep compiles one graph instead of one per batch; and the
+(harness.engine.compiled.mark_batch_dynamic) and the compiled wrapper is kept with the worker's kept model
+(harness.engine.models.ModelCache.compiled), so a batch sweep compiles one graph instead of one per batch; and the
 worker does not re-run the command line's ``__main__`` (harness.executors.process)."""
 from __future__ import annotations
 
@@ -11,14 +11,15 @@ import sys
 import pytest
 import torch
 
-from harness import compiled, registry
-from harness.compiled import compiled_key, mark_batch_dynamic
+from harness.engine import compiled
+from harness.contract import registry
+from harness.engine.compiled import compiled_key, mark_batch_dynamic
 from harness.executors import process
-from harness.models import MODELS, ModelCache
-from harness.runner import RunOptions, run_case
-from harness.spec import Case, Workload
-from harness.suite import load_suite
-from harness.timing import TimingConfig
+from harness.engine.models import MODELS, ModelCache
+from harness.engine.runner import RunOptions, run_case
+from harness.contract.spec import Case, Workload
+from harness.contract.suite import load_suite
+from harness.instruments.timing import TimingConfig
 
 FAST = TimingConfig(warmup_calls=1, warmup_s=0.0, min_samples=3, min_time_s=0.0, max_time_s=1.0, rounds=1)
 SMALL = tuple(sorted(registry.get("decoder-tiny").small))      # d=32, L=2, h=4, vocab 64

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from harness.errors import BenchInputError
-from harness.records import CaseRecord
-from harness.store import RunBusyError, Store
+from harness.contract.errors import BenchInputError
+from harness.contract.records import CaseRecord
+from harness.store.db import RunBusyError, Store
 
 _CTX = mp.get_context("spawn")
 _SCRIPT = Path(sys.executable).with_name("bench")

@@ -1,5 +1,5 @@
 """The contract (workload, case, records, suite loading, registry) is plain data importable without torch, and one
-place checks a workload against an architecture (harness.spec.workload_overrides / check_workload)."""
+place checks a workload against an architecture (harness.contract.spec.workload_overrides / check_workload)."""
 from __future__ import annotations
 
 import subprocess
@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from harness import registry
-from harness.errors import BenchInputError
-from harness.spec import DTYPE_BYTES, DTYPES, Workload, check_workload, workload_overrides
-from harness.suite import load_suite
+from harness.contract import registry
+from harness.contract.errors import BenchInputError
+from harness.contract.spec import DTYPE_BYTES, DTYPES, Workload, check_workload, workload_overrides
+from harness.contract.suite import load_suite
 
 ROOT = Path(__file__).resolve().parent.parent
-TORCH_FREE = ("harness.spec", "harness.records", "harness.errors", "harness.registry", "harness.suite",
-              "harness.stats", "harness.overhead", "reports.frames", "reports.findings", "reports.check.report",
-              "reports.check.render", "reports.export", "reports.terminal", "reports.html", "harness.pytest_plugin")
+TORCH_FREE = ("harness.contract.spec", "harness.contract.records", "harness.contract.errors", "harness.contract.registry", "harness.contract.suite",
+              "harness.analysis.stats", "harness.engine.overhead", "reports.frames", "reports.findings", "reports.check.report",
+              "reports.check.render", "reports.export", "reports.terminal", "reports.html", "harness.tools.pytest_plugin")
 
 
 def test_the_contract_and_the_reports_import_without_torch():
@@ -29,7 +29,7 @@ def test_the_contract_and_the_reports_import_without_torch():
 
 def test_dtype_names_and_sizes_agree_with_torch():
     import torch
-    from harness.torch_types import TORCH_DTYPES, torch_dtype
+    from harness.engine.torch_types import TORCH_DTYPES, torch_dtype
     assert set(DTYPES) == set(TORCH_DTYPES)
     for name in DTYPES:
         assert torch_dtype(name).itemsize == DTYPE_BYTES[name] == Workload(dtype=name).itemsize

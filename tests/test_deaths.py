@@ -5,7 +5,7 @@ import signal
 from pathlib import Path
 
 from harness.executors.deaths import _memory_cgroup_files, death_record, read_oom_kills
-from harness.spec import Case, Workload
+from harness.contract.spec import Case, Workload
 
 CASE = Case("s", "line", "decoder-tiny", (), Workload(), ("latency",))
 

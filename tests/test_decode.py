@@ -9,9 +9,9 @@ import torch
 
 from architectures.decode import PRESETS, DecodeStep, DecodeStepConfig
 from architectures.transformer import kv_cache_bytes
-from harness import registry
-from harness.fake import new_fake_mode
-from harness.spec import Workload
+from harness.contract import registry
+from harness.instruments.fake import new_fake_mode
+from harness.contract.spec import Workload
 from tests.helpers import counted_cost
 
 CPU = torch.device("cpu")

@@ -19,10 +19,10 @@ from architectures.layers.efficient import (
     approximation_error,
     bigbird_pattern,
 )
-from harness.fake import build_fake, new_fake_mode
-from harness.flops import count_model, count_params
-from harness.memory import measure_peak_cpu
-from harness.spec import Workload
+from harness.instruments.fake import build_fake, new_fake_mode
+from harness.instruments.flops import count_model, count_params
+from harness.instruments.memory import measure_peak_cpu
+from harness.contract.spec import Workload
 
 CPU = torch.device("cpu")
 
@@ -300,7 +300,7 @@ def lra_case(draw):
                             max_seq_len=1, positions="none"), Workload(batch_size=1, seq_len=1)))
 def test_lra_cost_matches_counter(case):
     """Found by Hypothesis: at seq_len 1 Linformer's einsum contracts a length-1 index, which torch runs as an
-    elementwise mul; the counter (harness.flops._EinsumCounter) must still count its MACs."""
+    elementwise mul; the counter (harness.instruments.flops._EinsumCounter) must still count its MACs."""
     cfg, w = case
     mode = new_fake_mode()
     model = build_fake(lambda: LongEncoder(cfg), mode, CPU).eval()

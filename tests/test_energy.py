@@ -1,4 +1,4 @@
-"""The energy instrument (harness.energy) on fake counters: steps, wrap-around, a missing counter, the window
+"""The energy instrument (harness.instruments.energy) on fake counters: steps, wrap-around, a missing counter, the window
 lengthening until the step is ≤ 2 % of the energy, and the power-integral cross-check; NVML on a GPU.
 
 The fake counter integrates a known power over real time and reports it in steps, so the outside truth is the
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import energy
-from harness.energy import (NO_COUNTER, Absent, EnergyConfig, EnergyError, FakeMeter, RaplMeter, counter_step,
+from harness.instruments import energy
+from harness.instruments.energy import (NO_COUNTER, Absent, EnergyConfig, EnergyError, FakeMeter, RaplMeter, counter_step,
                             energy_delta, find_meter, measure_energy, power_integral)
 
 FAST = EnergyConfig(min_window_s=0.01, max_window_s=2.0, poll_s=0.001)
@@ -185,8 +185,8 @@ sweep = { seq_len = [16] }
 
 
 def test_run_with_a_counter_stores_energy_beside_time(tmp_path, monkeypatch):
-    from harness.overhead import RunOverhead
-    from harness.store import Store
+    from harness.engine.overhead import RunOverhead
+    from harness.store.db import Store
     from tests.helpers import run_tiny
     monkeypatch.setenv("BENCH_FAKE_ENERGY", "50")
     _, url, res = run_tiny(tmp_path, "--no-calibrate", "--no-report", "--energy", text=ONE_CASE)
@@ -206,7 +206,7 @@ def test_run_with_a_counter_stores_energy_beside_time(tmp_path, monkeypatch):
 
 
 def test_run_without_a_counter_says_why_and_stores_no_energy(tmp_path, monkeypatch):
-    from harness.store import Store
+    from harness.store.db import Store
     from tests.helpers import run_tiny
     monkeypatch.delenv("BENCH_FAKE_ENERGY", raising=False)
     monkeypatch.setattr(energy, "RAPL_ROOT", tmp_path / "no-powercap")

@@ -2,7 +2,7 @@
 roofline's average power, the terminal table), and, where asked for and absent, the reason — never a 0."""
 from __future__ import annotations
 
-from harness.records import CaseRecord, RunRecord, SuiteSpec
+from harness.contract.records import CaseRecord, RunRecord, SuiteSpec
 from reports import energy_view
 from reports.html import render_report
 from reports.terminal import cases_table

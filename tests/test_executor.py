@@ -18,11 +18,11 @@ import pytest
 
 from harness.executors import ProcessExecutor
 from harness.executors.inline import InlineExecutor
-from harness.runner import RunOptions, run_case
-from harness.records import CaseRecord
-from harness.spec import Case, Workload
-from harness.store import Store
-from harness.timing import TimingConfig
+from harness.engine.runner import RunOptions, run_case
+from harness.contract.records import CaseRecord
+from harness.contract.spec import Case, Workload
+from harness.store.db import Store
+from harness.instruments.timing import TimingConfig
 
 PLUGIN = str(Path(__file__).with_name("plugin_faulty.py"))
 FAST = TimingConfig(warmup_calls=1, warmup_s=0.0, min_samples=3, min_time_s=0.0, max_time_s=0.5)
@@ -150,7 +150,7 @@ def test_close_leaves_no_worker(sweep):
 
 
 def test_memory_guard_skips_with_the_estimate():
-    from harness.registry import list_archs   # built-ins only: runs in this process
+    from harness.contract.registry import list_archs   # built-ins only: runs in this process
     assert "decoder-tiny" in list_archs()
     case = Case("guard", "default", "decoder-tiny", (), Workload(seq_len=16), ("latency", "memory"))
     rec = run_case(case, RunOptions(timing=FAST, memory_budget_bytes=1))

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import BenchInputError
+from harness.contract.errors import BenchInputError
 from harness.executors import make_executor
 from harness.executors.devices import DevicesExecutor, check_devices, parse_devices, pin, split_cores, unpin
-from harness.spec import Case, Workload
-from harness.store import Store
+from harness.contract.spec import Case, Workload
+from harness.store.db import Store
 
 PLUGIN = str(Path(__file__).with_name("plugin_faulty.py"))
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,8 +114,8 @@ def test_cpu_cpu_spreads_the_cases_over_two_workers(tmp_path):
 
 def test_records_of_pinned_cases_come_back_under_their_own_keys(tmp_path):
     """The executor itself on a pinned-to-CPU run with interleaving: groups stay whole on one worker."""
-    from harness.runner import RunOptions
-    from harness.timing import TimingConfig
+    from harness.engine.runner import RunOptions
+    from harness.instruments.timing import TimingConfig
     cases = [dataclasses.replace(_case("cpu", f"L{i}"), point=0) for i in range(2)]
     ex = DevicesExecutor(["cpu", "cpu"])
     try:

@@ -20,11 +20,11 @@ import psutil
 import pytest
 
 from harness.executors.ray_executor import NO_CUDA, RAY_MISSING, Cluster, TaskResources, plan, ray_available
-from harness.records import CaseRecord
-from harness.runner import RunOptions
-from harness.spec import Case, Workload
-from harness.store import Store
-from harness.timing import TimingConfig
+from harness.contract.records import CaseRecord
+from harness.engine.runner import RunOptions
+from harness.contract.spec import Case, Workload
+from harness.store.db import Store
+from harness.instruments.timing import TimingConfig
 from tests.helpers import invoke
 
 PLUGIN = str(Path(__file__).with_name("plugin_faulty.py"))
@@ -178,7 +178,7 @@ def test_without_ray_the_cli_says_so_in_one_line_and_exits_2(monkeypatch, tmp_pa
 
 
 def test_the_default_path_never_imports_ray():
-    code = ("import sys, cli, harness.run; from harness.executors import make_executor; "
+    code = ("import sys, cli, harness.engine.run; from harness.executors import make_executor; "
             "make_executor('process').close(); make_executor('devices=cpu').close(); "
             "print('ray' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)

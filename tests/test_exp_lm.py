@@ -11,7 +11,7 @@ from claims.experiments import causal, kv_heads, lm_train, positions
 from architectures.transformer import counterfactual
 from claims.experiments.lm_train import build_lm
 from claims.experiments.text_data import VOCAB, load_corpus, recall_task, sample_batch
-from harness.flops import count_params
+from harness.instruments.flops import count_params
 
 TINY = dict(d_model=32, n_layers=1, n_heads=4, seq_len=8, steps=3, batch=4, warmup=1, eval_windows=4,
             eval_batch=4, corpus_bytes=200_000)

@@ -15,9 +15,9 @@ from claims.probes import generation
 from claims.probes import ssm as probe
 from claims.model import Evidence
 from claims.verdicts import decide
-from harness import registry
-from harness.flops import count_params
-from harness.records import CaseRecord
+from harness.contract import registry
+from harness.instruments.flops import count_params
+from harness.contract.records import CaseRecord
 from tests.test_claims_generation import _records as generation_records
 
 

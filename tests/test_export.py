@@ -6,7 +6,7 @@ import io
 import pandas as pd
 import pytest
 
-from harness.store import Store
+from harness.store.db import Store
 from tests.helpers import invoke, run_tiny
 
 

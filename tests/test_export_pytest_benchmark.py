@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from pytest_benchmark.stats import Stats
 
-from harness.records import CaseRecord, RunRecord
+from harness.contract.records import CaseRecord, RunRecord
 from reports.export import pytest_benchmark_stats, to_pytest_benchmark
 
 ENV = {"hard": {"cpu": "Test CPU 3000", "cores": 2, "torch": "2.5.1", "python": "3.11.9"},

@@ -5,8 +5,8 @@ import torch
 import torchvision
 from torch import nn
 
-from harness.fake import build_fake, new_fake_mode
-from harness.flops import count_params
+from harness.instruments.fake import build_fake, new_fake_mode
+from harness.instruments.flops import count_params
 
 
 def _tied() -> nn.Module:

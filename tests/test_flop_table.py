@@ -15,10 +15,10 @@ import torch
 import torchvision
 
 from architectures.inputs import image_inputs
-from harness import registry
-from harness.flop_table import FlopTable, build_real, flop_table
-from harness.flops import count_model
-from harness.spec import ArchSpec, Workload
+from harness.contract import registry
+from harness.instruments.flop_table import FlopTable, build_real, flop_table
+from harness.instruments.flops import count_model
+from harness.contract.spec import ArchSpec, Workload
 
 IMG, PATCH, D, HEADS, MLP, LAYERS = 32, 16, 64, 2, 128, 2
 SEQ = (IMG // PATCH) ** 2 + 1                    # patches + the class token
@@ -133,7 +133,7 @@ def test_fwd_bwd_has_no_fvcore_figure_and_restores_the_model():
 def test_cli_totals_table(cli):
     res = cli("flops", "resnet18")
     assert res.exit_code == 0, res.stderr
-    assert "ours (harness.flops)" in res.stdout and "fvcore FlopCountAnalysis" in res.stdout
+    assert "ours (harness.instruments.flops)" in res.stdout and "fvcore FlopCountAnalysis" in res.stdout
     assert "1,814,073,344" in res.stdout and "FLOPs = 2·MACs" in res.stdout
 
 

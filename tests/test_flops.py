@@ -1,4 +1,4 @@
-"""Tests of harness.flops: published torchvision counts, attention/conv/matmul formulas, robustness."""
+"""Tests of harness.instruments.flops: published torchvision counts, attention/conv/matmul formulas, robustness."""
 from __future__ import annotations
 
 import time
@@ -11,9 +11,9 @@ import torchvision
 from torch import nn
 from torch.utils import flop_counter as stock
 
-from harness import flops as flops_module
-from harness.fake import build_fake
-from harness.flops import (
+from harness.instruments import flops as flops_module
+from harness.instruments.fake import build_fake
+from harness.instruments.flops import (
     EXTRA_FORMULAS,
     FUSED_ATTENTION,
     FlopCount,
@@ -27,8 +27,8 @@ from harness.flops import (
     sdpa_backward_flops,
     sdpa_flops,
 )
-from harness.runner import fake_pass
-from harness.spec import ArchSpec, Workload
+from harness.engine.runner import fake_pass
+from harness.contract.spec import ArchSpec, Workload
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 aten = torch.ops.aten

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.quoted import Quoted, sources
-from harness.records import CaseRecord, RunRecord, SuiteSpec
+from harness.contract.quoted import Quoted, sources
+from harness.contract.records import CaseRecord, RunRecord, SuiteSpec
 from reports.frontier import Point, dominated_rows, dominates, pareto
 
 # cost (ms), top-1 (%): a hand-checked table
@@ -69,7 +69,7 @@ def test_quoted_figure_round_trips_through_the_note_and_needs_a_source():
 
 def test_torchvision_models_carry_their_published_top1_offline():
     from architectures.torchvision_models import classification_models, quoted_top1
-    from harness import registry
+    from harness.contract import registry
     names = classification_models()
     quoted = {n: quoted_top1(n) for n in names}
     assert all(q is not None for q in quoted.values())          # torchvision publishes one for every classifier
@@ -81,8 +81,8 @@ def test_torchvision_models_carry_their_published_top1_offline():
 
 
 def test_a_case_carries_the_quoted_top1_labelled_with_its_source():
-    from harness.runner import RunOptions, prepare
-    from harness.spec import Case, Workload
+    from harness.engine.runner import RunOptions, prepare
+    from harness.contract.spec import Case, Workload
     case = Case("f", "sq", "torchvision:squeezenet1_1", (), Workload(img_size=32), ("flops",))
     rec = prepare(case, RunOptions())
     assert rec.metrics["quoted_top1"] == pytest.approx(58.178) and "macs" in rec.metrics

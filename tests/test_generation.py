@@ -94,9 +94,9 @@ def test_a_second_prompt_without_reset_is_refused() -> None:
 
 
 # -- the generation loop and its figures --------------------------------------------------------------------
-from harness import generation  # noqa: E402
-from harness.spec import Case, Workload  # noqa: E402
-from harness.timing import TimingConfig, measure  # noqa: E402
+from harness.engine import generation# noqa: E402
+from harness.contract.spec import Case, Workload  # noqa: E402
+from harness.instruments.timing import TimingConfig, measure  # noqa: E402
 
 
 def _tiny_generation(new_tokens: int = 5, **kw: object) -> generation.Generation:
@@ -165,7 +165,7 @@ def test_decode_bound_bytes_are_weights_without_the_embedding_table_plus_the_cac
 
 @pytest.mark.slow
 def test_compiled_decode_step_runs_on_cpu_and_generates_the_eager_tokens() -> None:
-    from harness.compiled import compile_model, warm_up_compiled
+    from harness.engine.compiled import compile_model, warm_up_compiled
     gen = _tiny_generation(4)
     gen()
     compiled = gen.with_decode(compile_model(gen.decoding, "default", "fwd"), compiled=True)
@@ -176,7 +176,7 @@ def test_compiled_decode_step_runs_on_cpu_and_generates_the_eager_tokens() -> No
 
 @pytest.mark.gpu
 def test_cudagraphs_decode_step_replays_on_cuda() -> None:
-    from harness.compiled import compile_model, warm_up_compiled
+    from harness.engine.compiled import compile_model, warm_up_compiled
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     torch.manual_seed(2)
@@ -190,7 +190,7 @@ def test_cudagraphs_decode_step_replays_on_cuda() -> None:
 
 
 # -- bad input through the CLI, and the suite ---------------------------------------------------------------
-from harness.suite import load_suite  # noqa: E402
+from harness.contract.suite import load_suite  # noqa: E402
 from tests.helpers import invoke  # noqa: E402
 
 GEN_SUITE = """\
@@ -232,7 +232,7 @@ def test_generation_fields_without_mode_generate_are_refused(tmp_path) -> None:
 
 
 def test_generation_fields_at_their_default_leave_case_keys_unchanged() -> None:
-    from harness.spec import workload_dict
+    from harness.contract.spec import workload_dict
     assert "prompt_len" not in workload_dict(Workload()) and "new_tokens" not in workload_dict(Workload())
     w = Workload(mode="generate", prompt_len=4, new_tokens=2)
     assert workload_dict(w)["prompt_len"] == 4 and workload_dict(w)["new_tokens"] == 2
@@ -259,7 +259,7 @@ def test_generation_suite_loads_and_expands(quick: bool, device: str) -> None:
 
 
 def test_generation_case_runs_end_to_end_and_records_its_figures() -> None:
-    from harness.runner import RunOptions, run_case
+    from harness.engine.runner import RunOptions, run_case
     w = Workload(batch_size=2, mode="generate", prompt_len=8, new_tokens=4)
     case = Case("t", "l", "decoder-tiny", (("n_kv_heads", 2),), w, ("latency", "memory", "flops"))
     rec = run_case(case, RunOptions(timing=TimingConfig(min_samples=3, min_time_s=0.0, max_time_s=1.0, rounds=1)))
@@ -275,7 +275,7 @@ def test_generation_case_runs_end_to_end_and_records_its_figures() -> None:
 
 
 # -- the report's reading of generation figures -------------------------------------------------------------
-from harness.records import CaseRecord  # noqa: E402
+from harness.contract.records import CaseRecord  # noqa: E402
 
 
 def _rec(line: str, batch: int, prompt: int, ttft: float, tpot: float, key: str = "", **metrics: float) -> CaseRecord:
@@ -321,8 +321,8 @@ def test_counted_generation_macs_match_the_analytic_formula_and_ignore_compile()
     (P + N keys, masked), each with the LM head on one position — transformer_cost's formulas, an independent
     instrument; a compiled case counts the same."""
     from architectures import transformer_cost as tc
-    from harness import registry
-    from harness.runner import fake_pass
+    from harness.contract import registry
+    from harness.engine.runner import fake_pass
     spec = registry.resolve("decoder-tiny", n_kv_heads=2)
     cfg, b, p, n = spec.config, 2, 8, 5
     counted = [fake_pass(spec, Workload(batch_size=b, mode="generate", prompt_len=p, new_tokens=n, compile=c),

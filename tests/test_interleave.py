@@ -10,15 +10,15 @@ import pytest
 
 from claims.model import Figure, Rule
 from claims.rules import check
-from harness import ab
-from harness.env import REPO
-from harness.errors import BenchInputError
+from harness.engine import ab
+from harness.engine.env import REPO
+from harness.contract.errors import BenchInputError
 from harness.executors.base import MAX_GROUP, interleave_groups
 from harness.executors.inline import InlineExecutor
-from harness.runner import RunOptions
-from harness.spec import Case, Workload
-from harness.stats import paired_ratio, round_medians, round_summary, summarize_rounds
-from harness.timing import TimingConfig, consecutive_rounds, measure_cpu, measure_interleaved
+from harness.engine.runner import RunOptions
+from harness.contract.spec import Case, Workload
+from harness.analysis.stats import paired_ratio, round_medians, round_summary, summarize_rounds
+from harness.instruments.timing import TimingConfig, consecutive_rounds, measure_cpu, measure_interleaved
 
 def _spin(seconds: float) -> None:
     """Busy-wait until a wall-clock deadline: a call lasts ``seconds`` (to a few µs) even when preempted."""
@@ -137,8 +137,17 @@ def test_against_needs_a_real_commit_with_the_worker():
         with ab.worktree("no-such-ref-xyz"):
             pass
     with ab.worktree("HEAD") as tree:
-        assert (tree / "harness" / "ab_worker.py").exists()
+        assert (tree / "harness" / "engine" / "ab_worker.py").exists()
+        assert ab.worker_module(tree) == "harness.engine.ab_worker"
     assert not tree.exists()
+
+
+def test_against_finds_the_worker_of_a_commit_before_the_regroup(tmp_path):
+    """A commit from before harness/ was regrouped into folders kept its worker at harness/ab_worker.py."""
+    (tmp_path / "harness").mkdir()
+    assert ab.worker_module(tmp_path) is None
+    (tmp_path / "harness" / "ab_worker.py").write_text("")
+    assert ab.worker_module(tmp_path) == "harness.ab_worker"
 
 
 def test_a_timing_measured_on_a_busy_machine_decides_nothing_unless_forced():

@@ -1,4 +1,4 @@
-"""harness.load: CPU load from outside our process tree. The live tests compare two monitors over the same
+"""harness.instruments.load: CPU load from outside our process tree. The live tests compare two monitors over the same
 interval (one whose tree holds the busy process, one whose does not) or use wide margins, so that other
 work on a loaded machine cannot make them flake; none asserts an absolute time."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from harness.load import BUSY_CORES, ROOT_PID_ENV, Load, LoadMonitor, combine, own_root_pid
+from harness.instruments.load import BUSY_CORES, ROOT_PID_ENV, Load, LoadMonitor, combine, own_root_pid
 
 BUSY_LOOP = "while True: pass"
 

@@ -15,12 +15,12 @@ from torch.utils._pytree import tree_leaves
 from architectures.efficient_attention import LongEncoderConfig, cost, make_attention
 from architectures.layers.attention import Attention, KVCache, eager_attention
 from architectures.layers.efficient import LongformerCore, SlidingWindowCore, approximation_error
-from harness.fake import build_fake, new_fake_mode
-from harness.flops import count_model
-from harness.memory import measure_peak_cpu
-from harness import registry
-from harness.registry import resolve
-from harness.spec import Workload
+from harness.instruments.fake import build_fake, new_fake_mode
+from harness.instruments.flops import count_model
+from harness.instruments.memory import measure_peak_cpu
+from harness.contract import registry
+from harness.contract.registry import resolve
+from harness.contract.spec import Workload
 from tests.helpers import counted_cost
 
 CPU = torch.device("cpu")

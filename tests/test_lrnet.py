@@ -18,10 +18,10 @@ from torchvision.models.resnet import ResNet
 
 from architectures.lrnet import (LocalRelation2d, LRNet, LRNetConfig, local_relation_cost, lrnet_cost, window_dot,
                                  window_scatter, window_sum)
-from harness import registry
-from harness.fake import build_fake, new_fake_mode
-from harness.flops import count_model, count_params
-from harness.spec import Workload
+from harness.contract import registry
+from harness.instruments.fake import build_fake, new_fake_mode
+from harness.instruments.flops import count_model, count_params
+from harness.contract.spec import Workload
 
 CPU = torch.device("cpu")
 LR_OPS = ("lrnet.window_dot", "lrnet.window_sum", "lrnet.window_scatter")

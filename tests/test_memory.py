@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from harness.fake import build_fake, new_fake_mode
-from harness.memory import (
+from harness.instruments.fake import build_fake, new_fake_mode
+from harness.instruments.memory import (
     LiveTensorTracker,
     activation_peak_cuda,
     estimate_peak,
@@ -232,7 +232,8 @@ def test_measure_memory_stores_activation_peak_on_cuda(monkeypatch) -> None:
     ``peak_bytes`` — the same metric a CPU case stores."""
     from types import SimpleNamespace
 
-    from harness import memory, runner
+    from harness.instruments import memory
+    from harness.engine import runner
     seen = []
     monkeypatch.setattr(memory, "measure_peak_cuda", lambda fn, device: seen.append(fn()) or {
         "cuda_max_allocated_bytes": 2_254_000_000, "cuda_allocated_before_bytes": 54_000_000,
@@ -255,7 +256,7 @@ def test_activation_peak_on_cuda_matches_the_cpu_tensor_peak() -> None:
     matrices + the output, 1032 MiB), within the allocator's rounding and a cuBLAS workspace."""
     from types import SimpleNamespace
 
-    from harness import runner
+    from harness.engine import runner
     q, k, v = (t.cuda() for t in qkv())
     with torch.no_grad():
         eager_attention(q, k, v)                             # warm: cuBLAS handles and workspace allocated before

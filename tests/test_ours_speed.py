@@ -16,8 +16,8 @@ import torchvision
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from architectures import swin, vit
-from harness.stats import paired_ratio
-from harness.timing import TimingConfig, measure_interleaved
+from harness.analysis.stats import paired_ratio
+from harness.instruments.timing import TimingConfig, measure_interleaved
 
 PARITY = 1.10
 """Upper bound on the interval of time(ours) / time(torchvision)."""
@@ -159,7 +159,7 @@ def parity_ratios(preset: str, module, builder: str, dev: torch.device, configs,
     """Ours and torchvision's ``builder`` at every (batch, dtype) of ``configs``, ALL timed in one interleaved
     measurement (issue 26: one measurement per model, not one per parameter set): the same weights, eval +
     no_grad; returns {(batch, dtype): paired ratio ours/torchvision}."""
-    from harness import registry
+    from harness.contract import registry
 
     theirs32 = torchvision.models.get_model(builder, weights=None).eval()
     spec = registry.get(preset)

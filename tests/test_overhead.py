@@ -9,17 +9,18 @@ import pytest
 import torch
 from torch import nn
 
-from harness import run as session, runner
+from harness.engine import run as session
+from harness.engine import runner
 from harness.executors import ProcessExecutor
 from harness.executors.base import poisons_worker
-from harness.overhead import (CASE_PARTS, MEASURED, RunOverhead, metric_name, run_overhead, summary_line,
+from harness.engine.overhead import (CASE_PARTS, MEASURED, RunOverhead, metric_name, run_overhead, summary_line,
                               warmup_shares)
-from harness.registry import resolve
-from harness.models import MODELS, build_model, cheap_init, model_key
-from harness.runner import RunOptions, run_case, run_group
-from harness.spec import Case, Workload
-from harness.store import Store
-from harness.timing import TimingConfig
+from harness.contract.registry import resolve
+from harness.engine.models import MODELS, build_model, cheap_init, model_key
+from harness.engine.runner import RunOptions, run_case, run_group
+from harness.contract.spec import Case, Workload
+from harness.store.db import Store
+from harness.instruments.timing import TimingConfig
 from tests.helpers import run_tiny
 
 PLUGIN = str(Path(__file__).with_name("plugin_faulty.py"))
@@ -185,7 +186,7 @@ def test_cheap_init_is_deterministic_and_finite():
 
 
 def _has(name: str) -> bool:
-    from harness.registry import list_archs
+    from harness.contract.registry import list_archs
     return name in list_archs()
 
 

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import plugins, registry
-from harness.errors import BenchInputError
+from harness.contract import plugins
+from harness.contract import registry
+from harness.contract.errors import BenchInputError
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "gated_mlp_plugin.py"
@@ -99,7 +100,7 @@ def test_an_old_builtin_entry_point_is_harmless(monkeypatch):
 def test_source_tree_without_install_lists_its_zoo(tmp_path):
     """A subprocess with only the source tree on PYTHONPATH (from a directory where the installed package
     is not importable by cwd) lists ``resnet50``: no install, no entry point needed."""
-    code = ("from harness import plugins, registry\n"
+    code = ("from harness.contract import plugins, registry\n"
             "plugins.entry_points = lambda *a, **k: []\n"     # as if never installed
             "print(' '.join(registry.list_archs('resnet*')))\n"
             "import architectures; print(architectures.__file__)\n")

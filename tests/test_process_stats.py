@@ -9,11 +9,11 @@ import math
 import numpy as np
 import pytest
 
-from harness.process_stats import paired_process_ratio, process_groups, process_ratio, process_summary
-from harness.records import CaseRecord, RunRecord
-from harness.replicate import merge_processes, per_process_timing, timing_metrics
-from harness.stats import summarize
-from harness.timing import TimingConfig
+from harness.analysis.process_stats import paired_process_ratio, process_groups, process_ratio, process_summary
+from harness.contract.records import CaseRecord, RunRecord
+from harness.engine.replicate import merge_processes, per_process_timing, timing_metrics
+from harness.analysis.stats import summarize
+from harness.instruments.timing import TimingConfig
 from reports.check.baseline import baseline_document, parse_baseline
 from reports.check.render import headline, markdown, power_line
 from reports.check.report import check_run

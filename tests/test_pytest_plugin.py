@@ -1,4 +1,4 @@
-"""The pytest plugin (harness/pytest_plugin.py, entry point ``pytest11: bench``): a benchmark case written as a
+"""The pytest plugin (harness/tools/pytest_plugin.py, entry point ``pytest11: bench``): a benchmark case written as a
 test, run in a pytest of its own (pytester, in a subprocess: the entry point loads the plugin there as it would
 for a user). The cases are tiny (decoder-tiny at seq_len 16, quick timing)."""
 from __future__ import annotations
@@ -28,13 +28,13 @@ def inner(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch):
 
 
 def test_the_plugin_is_a_pytest11_entry_point_and_imports_without_torch():
-    assert any(ep.name == "bench" and ep.value == "harness.pytest_plugin" for ep in entry_points(group="pytest11"))
-    code = "import sys, harness.pytest_plugin; assert 'torch' not in sys.modules, 'torch imported'"
+    assert any(ep.name == "bench" and ep.value == "harness.tools.pytest_plugin" for ep in entry_points(group="pytest11"))
+    code = "import sys, harness.tools.pytest_plugin; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_inline_case_is_measured_stored_and_summarized(inner, tmp_path):
-    from harness.store import Store
+    from harness.store.db import Store
 
     url = f"sqlite:///{tmp_path / 's.sqlite'}"
     result = inner(f"""

@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import registry
-from harness.errors import BenchInputError
-from harness.spec import ArchSpec, Workload
+from harness.contract import registry
+from harness.contract.errors import BenchInputError
+from harness.contract.spec import ArchSpec, Workload
 from tests.helpers import counted_cost
 
 @pytest.mark.parametrize("name", registry.list_archs())

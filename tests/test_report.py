@@ -20,9 +20,9 @@ from click.testing import CliRunner
 
 from cli.common import BenchGroup
 from cli.report import report
-from harness.errors import BenchInputError
-from harness.records import CaseRecord, RunRecord
-from harness.store import Store
+from harness.contract.errors import BenchInputError
+from harness.contract.records import CaseRecord, RunRecord
+from harness.store.db import Store
 from reports.findings import run_findings
 from reports.html import render_report, write_report
 from reports.labels import case_labels

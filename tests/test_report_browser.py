@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.store import Store
+from harness.store.db import Store
 from tests.helpers import invoke, run_tiny, store_slower_copy
 
 pytestmark = pytest.mark.browser

@@ -11,10 +11,10 @@ from torch import nn
 
 from architectures.layers.attention import exact_mix_macs
 from architectures.rnn import SeqBaseline, SeqBaselineConfig, cost, token_inputs
-from harness import registry
-from harness.fake import build_fake, new_fake_mode
-from harness.flops import count_model, count_params, dependency_trace
-from harness.spec import Workload
+from harness.contract import registry
+from harness.instruments.fake import build_fake, new_fake_mode
+from harness.instruments.flops import count_model, count_params, dependency_trace
+from harness.contract.spec import Workload
 
 CPU = torch.device("cpu")
 KINDS = ["lstm", "gru", "rnn", "conv1d"]

@@ -1,4 +1,4 @@
-"""Bytes moved (harness.flops), the roofline figure (reports.roofline) and the terminal ``% peak`` column.
+"""Bytes moved (harness.instruments.flops), the roofline figure (reports.roofline) and the terminal ``% peak`` column.
 
 ``bytes_moved`` is checked against analytic truths: each op reads its tensor operands and writes its
 results once (no reuse across ops), views move nothing. The roofline is drawn from a real tiny run
@@ -13,14 +13,14 @@ import torch
 from rich.console import Console
 from torch import nn
 
-from harness import registry
-from harness.fake import build_fake, new_fake_mode
-from harness.flops import count_flops, count_model
-from harness.traffic import count_bytes
-from harness.records import CaseRecord, RunRecord
-from harness.runner import fake_pass
-from harness.spec import Workload
-from harness.store import Store
+from harness.contract import registry
+from harness.instruments.fake import build_fake, new_fake_mode
+from harness.instruments.flops import count_flops, count_model
+from harness.instruments.traffic import count_bytes
+from harness.contract.records import CaseRecord, RunRecord
+from harness.engine.runner import fake_pass
+from harness.contract.spec import Workload
+from harness.store.db import Store
 from reports.html import render_report
 from reports.plots import figure_svg
 from reports.roofline import ABOVE_ROOF_MEANING, roofline_data, roofline_figure

@@ -1,5 +1,5 @@
 """SDPA kernels: the GQA/MQA strategy (architectures.layers.attention), the executed-MAC arithmetic
-(harness.flops.causal_scores, fused_attention_call) and the probe of a real step (harness.kernels).
+(harness.instruments.flops.causal_scores, fused_attention_call) and the probe of a real step (harness.instruments.kernels).
 
 Kernel choice on CUDA is decided by a rule measured on an H100 (gqa_strategy's docstring); here every
 branch of the rule is checked, both strategies are run on the CPU against the eager reference, and the
@@ -19,10 +19,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from architectures.layers.attention import (
     Attention, causal_mask, eager_attention, expand_kv, gqa_strategy, sdpa_attention)
-from harness import kernels
-from harness.fake import build_fake
-from harness.flops import causal_scores, count_flops, count_model, fused_attention_call
-from harness.kernels import KernelReport, probe
+from harness.instruments import kernels
+from harness.instruments.fake import build_fake
+from harness.instruments.flops import causal_scores, count_flops, count_model, fused_attention_call
+from harness.instruments.kernels import KernelReport, probe
 
 aten = torch.ops.aten
 FLASH_CPU = "aten._scaled_dot_product_flash_attention_for_cpu"

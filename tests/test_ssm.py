@@ -10,10 +10,10 @@ import torch
 import architectures.layers.ssm as ssm_layers
 from architectures.layers.ssm import CHUNK, selective_scan, scan_reference
 from architectures.ssm import PRESETS, SSMConfig, SSMDecodeStep, SSMLM, state_shapes
-from harness import registry
-from harness.fake import build_fake, new_fake_mode
-from harness.flops import count_flops, count_model
-from harness.spec import Workload
+from harness.contract import registry
+from harness.instruments.fake import build_fake, new_fake_mode
+from harness.instruments.flops import count_flops, count_model
+from harness.contract.spec import Workload
 from tests.helpers import counted_cost
 
 CPU = torch.device("cpu")

@@ -1,4 +1,4 @@
-"""Known inputs -> known outputs for harness.stats."""
+"""Known inputs -> known outputs for harness.analysis.stats."""
 from __future__ import annotations
 
 import math
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from harness.stats import (NOISY_REL_IQR, Fit, compare, fit_loglog, fit_scaling, median_ci_indices, summarize,
+from harness.analysis.stats import (NOISY_REL_IQR, Fit, compare, fit_loglog, fit_scaling, median_ci_indices, summarize,
                            top_slope)
 
 

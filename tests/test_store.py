@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import BenchInputError
-from harness.migrations import MIGRATIONS, upgrade_row
-from harness.records import SCHEMA_VERSION, CaseRecord, RunRecord, SuiteSpec
-from harness.store import Store
+from harness.contract.errors import BenchInputError
+from harness.store.migrations import MIGRATIONS, upgrade_row
+from harness.contract.records import SCHEMA_VERSION, CaseRecord, RunRecord, SuiteSpec
+from harness.store.db import Store
 
 SCHEMA1 = Path(__file__).parent / "data" / "schema1-h100-fp32.sqlite"
 

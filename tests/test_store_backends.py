@@ -16,11 +16,11 @@ import psutil
 import pytest
 import sqlalchemy as sa
 
-import harness.store as store_mod
-from harness.errors import BenchInputError
-from harness.migrations import MIGRATIONS
-from harness.records import SCHEMA_VERSION, CaseRecord
-from harness.store import LEASE_TTL_S, RunBusyError, Store, new_run_id, retrying, run_leases, transient
+import harness.store.db as store_mod
+from harness.contract.errors import BenchInputError
+from harness.store.migrations import MIGRATIONS
+from harness.contract.records import SCHEMA_VERSION, CaseRecord
+from harness.store.db import LEASE_TTL_S, RunBusyError, Store, new_run_id, retrying, run_leases, transient
 from tests.test_store import _copy
 
 pytest_plugins = ["tests.postgres"]     # fixtures: postgres, postgres_url, store_url_of

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.errors import BenchInputError
-from harness.suite import load_suite, parse_set
+from harness.contract.errors import BenchInputError
+from harness.contract.suite import load_suite, parse_set
 from tests.helpers import TINY_SUITE
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness import registry
-from harness.suite import list_suites, load_suite
+from harness.contract import registry
+from harness.contract.suite import list_suites, load_suite
 
 SUITES = list_suites()
 NEEDS = {"vision_zoo": "timm"}
@@ -49,7 +49,7 @@ def test_builtin_suite_dry_run_exits_0(cli, path, quick):
 
 import hashlib  # noqa: E402
 
-from harness.suite import SUITES_DIR  # noqa: E402
+from harness.contract.suite import SUITES_DIR  # noqa: E402
 
 PINNED_CPU_KEYS = {
     ("attention_core", False): (24, "63b8542e58efda5f"),

@@ -1,6 +1,6 @@
 """Our timer against the references, measured interleaved in rounds in one process.
 
-On CUDA (``gpu``; the GPU machine has torch 2.11, torchvision and triton): ``harness.timing.measure`` against
+On CUDA (``gpu``; the GPU machine has torch 2.11, torchvision and triton): ``harness.instruments.timing.measure`` against
 ``torch.utils.benchmark.Timer.blocked_autorange`` (both warm L2, per call) and, with ``flush_l2``, against
 ``triton.testing.do_bench`` (both L2 flushed before each call), on a compute-bound matmul (8192², fp32, TF32 off)
 and torchvision's resnet50 and vit_b_16 (random weights, batch 16, 224², fp32 and bf16). On the CPU (not
@@ -32,7 +32,7 @@ import pytest
 import torch
 from torch.utils import benchmark
 
-from harness.timing import TimingConfig, measure, measure_cpu
+from harness.instruments.timing import TimingConfig, measure, measure_cpu
 
 ROUNDS = 5
 FLOOR = 0.02            # the rule's tolerance never drops below 2 % (timer resolution, block-size effects)

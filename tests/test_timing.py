@@ -1,4 +1,4 @@
-"""Tests for harness.timing: structure of a measurement, and agreement with torch.utils.benchmark."""
+"""Tests for harness.instruments.timing: structure of a measurement, and agreement with torch.utils.benchmark."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.utils import benchmark
 
-from harness.timing import PATIENCE, TimingConfig, TimingResult, _StopRule, measure, measure_cpu, measure_cuda
+from harness.instruments.timing import PATIENCE, TimingConfig, TimingResult, _StopRule, measure, measure_cpu, measure_cuda
 
 
 def spin(seconds: float) -> None:
@@ -152,9 +152,9 @@ def _conv() -> Callable[[], object]:
 
 def _decoder_case() -> Callable[[], object]:
     """A harness case as the runner times it: decoder-tiny, seq 64, the runner's own step."""
-    from harness import registry
-    from harness.spec import Workload
-    from harness.steps import make_step
+    from harness.contract import registry
+    from harness.contract.spec import Workload
+    from harness.engine.steps import make_step
 
     spec = registry.get("decoder-tiny")
     model = spec.build(spec.config)
@@ -199,8 +199,8 @@ def test_median_agrees_with_torch_benchmark(
 
 
 def test_flush_l2_is_refused_on_a_cpu() -> None:
-    """A CPU has no defensible cache flush (harness.timing's docstring): every entry point says so."""
-    from harness.timing import _block_size, l2_flush_bytes, measure_interleaved
+    """A CPU has no defensible cache flush (harness.instruments.timing's docstring): every entry point says so."""
+    from harness.instruments.timing import _block_size, l2_flush_bytes, measure_interleaved
 
     cfg = dataclasses.replace(TimingConfig.quick(), flush_l2=True)
     assert not TimingConfig().flush_l2                        # opt-in: the default timing is unchanged
@@ -227,7 +227,7 @@ def test_cli_refuses_flush_l2_on_cpu_cases(cli, tmp_path) -> None:
 def test_flush_l2_times_one_call_after_a_flush() -> None:
     """One call per sample, a buffer >= 256 MiB and >= 2x L2 written outside the events, and a cold L2 shows:
     an 8 MiB in-place add (fits in L2) takes longer after a flush than in the warm steady state."""
-    from harness.timing import FLUSH_MIN_BYTES, measure_interleaved
+    from harness.instruments.timing import FLUSH_MIN_BYTES, measure_interleaved
 
     x = torch.zeros(2 * 1024 * 1024, device="cuda")                 # (2M,) fp32: 8 MiB
     cfg = TimingConfig.quick()

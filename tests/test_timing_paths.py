@@ -1,4 +1,4 @@
-"""One timing path for every device (harness.timing): measure, measure_cuda, measure_interleaved and the A/B
+"""One timing path for every device (harness.instruments.timing): measure, measure_cuda, measure_interleaved and the A/B
 worker all sample through one Sampler, which takes its clock — and nothing else — from the device. Checked on
 a CPU by giving the "cuda" device a stand-in clock (perf_counter, counting its synchronizes): the CUDA path is
 then run end to end without a GPU. The real CUDA events are checked against torch.utils.benchmark and triton's
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import timing
-from harness.timing import TimingConfig, measure, measure_cuda, measure_interleaved
+from harness.instruments import timing
+from harness.instruments.timing import TimingConfig, measure, measure_cuda, measure_interleaved
 
 FAST = dataclasses.replace(TimingConfig.quick(), min_samples=6, min_time_s=0.02, max_time_s=0.5, warmup_s=0.005,
                            rounds=3)
@@ -81,7 +81,7 @@ def test_a_device_without_a_clock_and_cuda_only_calls_are_refused():
 
 
 def test_cuda_events_are_made_in_one_place_only():
-    """No second CUDA timer: torch.cuda.Event and elapsed_time appear in harness.timing's CudaClock alone, and
+    """No second CUDA timer: torch.cuda.Event and elapsed_time appear in harness.instruments.timing's CudaClock alone, and
     no other module of the project times with CUDA events."""
     repo = Path(timing.__file__).parent.parent
     for path in sorted(p for pkg in ("harness", "claims", "architectures", "reports", "cli")
@@ -90,8 +90,8 @@ def test_cuda_events_are_made_in_one_place_only():
         found = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and (n.attr == "elapsed_time" or (
             n.attr == "Event" and isinstance(n.value, ast.Attribute) and n.value.attr == "cuda"))]
         if path != Path(timing.__file__):
-            assert not found, f"{path} times with CUDA events: use harness.timing"
+            assert not found, f"{path} times with CUDA events: use harness.instruments.timing"
             continue
         inside = [n for c in tree.body if isinstance(c, ast.ClassDef) and c.name == "CudaClock"
                   for n in ast.walk(c) if n in found]
-        assert found and len(inside) == len(found), "CUDA events outside harness.timing.CudaClock"
+        assert found and len(inside) == len(found), "CUDA events outside harness.instruments.timing.CudaClock"

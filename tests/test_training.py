@@ -1,4 +1,4 @@
-"""The training step (mode "train_step", harness.training): every preset trains (weights change), the loss
+"""The training step (mode "train_step", harness.engine.training): every preset trains (weights change), the loss
 follows the output, the optimizer is built once, compile works, memory by kind (analytic = measured, exactly,
 on the CPU; within 5 % of the allocator on CUDA), checkpointing's saving, counted step FLOPs of a Linear stack,
 the MFU table, the rates, and every bad input (one line, exit 2, nothing stored)."""
@@ -12,16 +12,17 @@ import pytest
 import torch
 from torch import nn
 
-from harness import registry, training
-from harness.compiled import compile_model, warm_up_compiled
-from harness.errors import BenchInputError
-from harness.flops import count_flops
-from harness.models import build_model
-from harness.runner import RunOptions, run_case, workload_step
-from harness.spec import Case, Workload, workload_dict
-from harness.store import Store
-from harness.suite import load_suite
-from harness.timing import TimingConfig
+from harness.contract import registry
+from harness.engine import training
+from harness.engine.compiled import compile_model, warm_up_compiled
+from harness.contract.errors import BenchInputError
+from harness.instruments.flops import count_flops
+from harness.engine.models import build_model
+from harness.engine.runner import RunOptions, run_case, workload_step
+from harness.contract.spec import Case, Workload, workload_dict
+from harness.store.db import Store
+from harness.contract.suite import load_suite
+from harness.instruments.timing import TimingConfig
 from reports import training_view
 from tests.helpers import invoke
 

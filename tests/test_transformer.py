@@ -15,10 +15,10 @@ from architectures.layers.positions import POSITION_KINDS, SinusoidalPositions, 
 from architectures.transformer import (PRESETS, Decoder, counterfactual, DecoderConfig, Encoder, EncoderConfig, EncoderDecoder,
                                        EncoderDecoderConfig, seq2seq_inputs, token_inputs)
 from architectures.transformer_cost import (decoder_cost, encoder_cost, encoder_decoder_cost, kv_cache_bytes)
-from harness import registry
-from harness.fake import build_fake, new_fake_mode
-from harness.flops import count_model, count_params
-from harness.spec import Workload
+from harness.contract import registry
+from harness.instruments.fake import build_fake, new_fake_mode
+from harness.instruments.flops import count_model, count_params
+from harness.contract.spec import Workload
 from tests.helpers import counted_cost
 
 CPU = torch.device("cpu")

@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 
 from architectures import swin, vit
 from architectures.cnn import TORCHVISION_PRESETS, ResNetMicroConfig
-from harness import registry
-from harness.fake import build_fake, new_fake_mode
-from harness.flops import count_model, count_params
-from harness.spec import Workload
+from harness.contract import registry
+from harness.instruments.fake import build_fake, new_fake_mode
+from harness.instruments.flops import count_model, count_params
+from harness.contract.spec import Workload
 
 CPU = torch.device("cpu")
 
@@ -212,7 +212,7 @@ resnet_configs = st.builds(
                  st.tuples(st.just("resnet-micro"), resnet_configs)),
        st.integers(1, 3))
 def test_cost_formula_matches_counter(arch_config, batch):
-    """Analytic params are exact and MACs within 1% (in fact exact) of harness.flops on fake tensors."""
+    """Analytic params are exact and MACs within 1% (in fact exact) of harness.instruments.flops on fake tensors."""
     arch, overrides = arch_config
     _assert_cost_matches_counter(registry.resolve(arch, **overrides), Workload(batch_size=batch))
 

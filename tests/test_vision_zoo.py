@@ -25,8 +25,8 @@ import pytest
 
 pytest.importorskip("timm")            # the suite's MViT v2 line is timm's
 
-from harness import registry  # noqa: E402
-from harness.suite import load_suite  # noqa: E402
+from harness.contract import registry# noqa: E402
+from harness.contract.suite import load_suite  # noqa: E402
 from tests.helpers import counted_cost  # noqa: E402
 
 SUITE = "suites/vision_zoo.toml"

@@ -189,7 +189,7 @@ class Core(nn.Module):
         """Raise ``ValueError`` if this core cannot mix ``heads`` (called once by ``Attention.__init__``)."""
 
     def macs(self, heads: Heads, batch: int, t: int, s: int | None = None, causal: bool = False) -> int:
-        """Forward MACs of one call on t queries and s (default t) keys, as :mod:`harness.flops` counts them."""
+        """Forward MACs of one call on t queries and s (default t) keys, as :mod:`harness.instruments.flops` counts them."""
         raise NotImplementedError
 
     def decode_window(self) -> int | None:

@@ -7,7 +7,7 @@ A core only mixes q, k, v; the projections, head split, hooks and cache stay in 
 *exact attention over a subset of keys* (window, BigBird, Longformer; Linformer over projected keys) call
 the shared ``eager_attention`` / ``sdpa_attention`` kernel; window, BigBird and Longformer gather key
 *blocks* so their cost is O(n·keys-per-query), never a dense n×n mask. Each core's ``macs`` is its
-forward MAC count as :mod:`harness.flops` counts it. :func:`approximation_error` measures a layer with an
+forward MAC count as :mod:`harness.instruments.flops` counts it. :func:`approximation_error` measures a layer with an
 approximate core against exact attention with the same projection weights.
 """
 from __future__ import annotations

@@ -18,7 +18,7 @@ The backward op recomputes the states chunk by chunk (as mamba's CUDA kernel doe
 recurrence g_t = C_t·dy_t + exp(delta_{t+1}·A) ⊙ g_{t+1} backwards through the chunks.
 
 **MAC convention** (registered with ``torch.utils.flop_counter.register_flop_formula``, so
-``harness.flops.count_model`` counts both ops with no harness change and reports no gap): the
+``harness.instruments.flops.count_model`` counts both ops with no harness change and reports no gap): the
 multiply-accumulates that involve the state, one per (b, t, d, n) for each of
 
 * forward, 3·B·L·D·N: the discretised input (delta·x)·B, the state update exp(delta·A)·h + ·, and the

@@ -20,7 +20,7 @@ from architectures.layers.attention import causal_mask
 from architectures.transformer import counterfactual
 from claims.experiments.copy_task import Task, build, held_out, make_batch, outcome, task_loss, train
 from claims.experiments.runner import Experiment, Fields, Seeds, finite_or_none, per_seed, sweep, timed
-from harness.flops import count_params
+from harness.instruments.flops import count_params
 
 
 @dataclass(frozen=True)

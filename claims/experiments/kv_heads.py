@@ -20,7 +20,7 @@ from architectures.transformer_cost import decoder_params, kv_cache_bytes
 from claims.experiments.lm_train import LMSetup, SharedBuild, build_lm, evaluate, shared_key, train_variants
 from claims.experiments.runner import Experiment, Fields, Seeds, relative
 from claims.experiments.text_data import VOCAB, load_corpus
-from harness.registry import resolve
+from harness.contract.registry import resolve
 
 DATA = ("Byte-level language modelling of CPython's own standard-library source (the top-level *.py "
         "files in sorted order, first 3 MB: ~2.65M training tokens from 95 files, ~0.35M validation "

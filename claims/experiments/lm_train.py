@@ -23,8 +23,8 @@ from torch import Tensor, nn
 from claims.experiments.runner import Fields, Seeds, sweep
 from claims.experiments.text_data import VOCAB, Corpus, sample_batch, sample_windows
 from claims.experiments.train import adamw, fit, lr_at
-from harness.flops import count_params
-from harness.registry import resolve
+from harness.instruments.flops import count_params
+from harness.contract.registry import resolve
 
 EVAL_SEED = 1234
 FINAL_LR = 0.1                   # the cosine decays to this share of the peak learning rate

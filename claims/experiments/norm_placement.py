@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from claims.experiments.copy_task import Task, build, held_out, make_batch, outcome, task_loss, train
 from claims.experiments.runner import Experiment, Fields, Seeds, per_seed, sweep, timed
-from harness.flops import count_params
+from harness.instruments.flops import count_params
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,8 @@ from torch import Tensor, nn
 from claims.experiments.lm_train import build_lm
 from claims.experiments.runner import Experiment, Fields, Seeds, sweep
 from claims.experiments.train import adamw, fit, lr_at
-from harness.flops import count_params
-from harness.registry import resolve
+from harness.instruments.flops import count_params
+from harness.contract.registry import resolve
 
 HELD_OUT_SEED = 777_777
 ATTENTION = "attention"

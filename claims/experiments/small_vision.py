@@ -21,9 +21,9 @@ from torch import Tensor, nn
 from claims.experiments.runner import Experiment, Fields, Seeds, sweep, timed
 from claims.experiments.train import adamw, fit, lr_at
 from claims.experiments.vision_data import SHAPE_CLASSES, balanced_subset, digits_data, shapes_data
-from harness.flops import count_model, count_params
-from harness.registry import resolve
-from harness.spec import Workload
+from harness.instruments.flops import count_model, count_params
+from harness.contract.registry import resolve
+from harness.contract.spec import Workload
 
 DATA = (
     "Two small image sets, nothing downloaded. (a) The UCI handwritten digits (shipped with the package): "
@@ -122,7 +122,7 @@ def model_specs(img_size: int, widths: ModelWidths, num_classes: int, swin: bool
 
 
 def model_costs(img_size: int, widths: ModelWidths, num_classes: int, swin: bool = False) -> dict[str, dict[str, int]]:
-    """Per model: params and forward MACs per image, counted (harness.flops) and from the spec's formula."""
+    """Per model: params and forward MACs per image, counted (harness.instruments.flops) and from the spec's formula."""
     out = {}
     for name, spec in model_specs(img_size, widths, num_classes, swin).items():
         model = spec.build(spec.config).eval()

@@ -22,8 +22,8 @@ from torch import nn
 from claims.experiments.lm_train import LMSetup, build_lm, evaluate, train_variants
 from claims.experiments.runner import Experiment, Fields, Seeds, relative
 from claims.experiments.text_data import VOCAB, load_corpus
-from harness.registry import resolve
-from harness.spec import Workload
+from harness.contract.registry import resolve
+from harness.contract.spec import Workload
 
 ATTENTION = "attention"
 SSMS = {"s4d": "s4d-lm-tiny", "mamba": "mamba-lm-tiny"}          # variant name -> registered preset

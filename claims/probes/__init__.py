@@ -12,13 +12,13 @@ import torch
 
 from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure, mean_ci
-from harness.records import CaseRecord
-from harness.registry import resolve
-from harness.spec import Workload
-from harness.load import BUSY_CORES
-from harness.process_stats import ONE_PROCESS_NOTE, paired_process_ratio, process_groups
-from harness.stats import compare, fit_affine, fit_floor_power, fit_scaling, paired_ratio, top_slope
-from harness.timing import TimingResult
+from harness.contract.records import CaseRecord
+from harness.contract.registry import resolve
+from harness.contract.spec import Workload
+from harness.instruments.load import BUSY_CORES
+from harness.analysis.process_stats import ONE_PROCESS_NOTE, paired_process_ratio, process_groups
+from harness.analysis.stats import compare, fit_affine, fit_floor_power, fit_scaling, paired_ratio, top_slope
+from harness.instruments.timing import TimingResult
 
 TIMING_METRICS = ("median_ms", "mean_ms", "min_ms", "throughput_per_s")
 EXACT_METRICS = ("macs", "flops", "params", "bytes_moved")   # counts: an affine fit of them is exact within rounding
@@ -51,10 +51,10 @@ def select(records: Sequence[CaseRecord], **conds: Any) -> list[CaseRecord]:
 
 def exponent(records: Sequence[CaseRecord], x: str, metric: str, unit: str = "") -> Figure:
     """The exponent of ``metric`` vs ``x`` with its 95% interval. Where the data are affine with a floor
-    (:func:`harness.stats.fit_affine`: weights read once, a launch, a fixed allocation), the exponent of the cost
-    above the floor, ``k`` of ``floor + slope·x^k`` (:func:`harness.stats.fit_floor_power`; an exact count that is
+    (:func:`harness.analysis.stats.fit_affine`: weights read once, a launch, a fixed allocation), the exponent of the cost
+    above the floor, ``k`` of ``floor + slope·x^k`` (:func:`harness.analysis.stats.fit_floor_power`; an exact count that is
     affine within rounding has k = 1 exactly); else the log-log exponent over the scaling regime
-    (:func:`harness.stats.fit_scaling`, the rule every view uses: a floor of fixed per-call costs at small x is
+    (:func:`harness.analysis.stats.fit_scaling`, the rule every view uses: a floor of fixed per-call costs at small x is
     left out and named in the note)."""
     pts = [(float(r.value(x)), r.metric(metric)) for r in records if r.metric(metric) is not None]
     busy = busy_reason(records) if metric in TIMING_METRICS else ""
@@ -107,7 +107,7 @@ def ratio_figure(num: float | None, den: float | None, unit: str = "×", note: s
 
 def busy_reason(records: Sequence[CaseRecord | None]) -> str:
     """Why these cases' timings were taken on a busy machine (other processes above
-    :data:`harness.load.BUSY_CORES`), or "" when none was."""
+    :data:`harness.instruments.load.BUSY_CORES`), or "" when none was."""
     loads = [r.metric("load_others_cores") for r in records if r is not None and r.metric("load_busy")]
     if not loads:
         return ""
@@ -137,7 +137,7 @@ def median_ratio(a: CaseRecord | None, b: CaseRecord | None, note: str = "") -> 
 
 
 def timed_ratio(a: TimingResult, b: TimingResult, note: str = "", busy: str = "") -> Figure:
-    """a over b for two timings from one :func:`harness.timing.measure_interleaved` call (paired rounds)."""
+    """a over b for two timings from one :func:`harness.instruments.timing.measure_interleaved` call (paired rounds)."""
     return _paired_figure(a, b, note, busy)
 
 
@@ -148,8 +148,8 @@ def _process_groups(r: CaseRecord | TimingResult) -> list[tuple[float, ...]] | N
 
 def _paired_figure(a: CaseRecord | TimingResult, b: CaseRecord | TimingResult, note: str, busy: str) -> Figure:
     """a over b from timings taken in the same rounds: over the pairs of processes where both were timed side by
-    side in several (:func:`harness.process_stats.paired_process_ratio`: ``bench claims --processes N``), else
-    :func:`harness.stats.paired_ratio` over the rounds of one process (the note says so)."""
+    side in several (:func:`harness.analysis.process_stats.paired_process_ratio`: ``bench claims --processes N``), else
+    :func:`harness.analysis.stats.paired_ratio` over the rounds of one process (the note says so)."""
     ga, gb = _process_groups(a), _process_groups(b)
     lead = note + "; " if note else ""
     if ga is not None and gb is not None and len(ga) == len(gb):

@@ -15,11 +15,11 @@ from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure
 from claims.probes import built_params, probe, timed_ratio
 from claims.probes.cost import eager_score_bytes, score_rss_bytes
-from harness.flops import count_params
-from harness.registry import resolve
-from harness.stats import fit_loglog
-from harness.load import LoadMonitor
-from harness.timing import TimingConfig, measure_interleaved
+from harness.instruments.flops import count_params
+from harness.contract.registry import resolve
+from harness.analysis.stats import fit_loglog
+from harness.instruments.load import LoadMonitor
+from harness.instruments.timing import TimingConfig, measure_interleaved
 
 
 # The configurations 000 Part 2 lists, completed with the layer counts, vocabularies and FFN widths of

@@ -21,14 +21,15 @@ from claims.model import Chart, Evidence, Figure
 from claims.probes import (at, built_params, busy_reason, exponent, interleaved, median_ratio, probe, ratio_figure,
                            select, series)
 from claims.probes.power import ratio_resolution
-from harness import memory, registry
-from harness.fake import fake_case, new_fake_mode
-from harness.flops import FlopCount, count_flops, count_model, dependency_trace
-from harness.records import CaseRecord
-from harness.registry import resolve
-from harness.runner import fake_pass
-from harness.spec import Workload
-from harness.stats import fit_loglog, paired_ratio
+from harness.instruments import memory
+from harness.contract import registry
+from harness.instruments.fake import fake_case, new_fake_mode
+from harness.instruments.flops import FlopCount, count_flops, count_model, dependency_trace
+from harness.contract.records import CaseRecord
+from harness.contract.registry import resolve
+from harness.engine.runner import fake_pass
+from harness.contract.spec import Workload
+from harness.analysis.stats import fit_loglog, paired_ratio
 
 
 CPU = torch.device("cpu")

@@ -2,7 +2,7 @@
 
 The probes of those claims (``mqa``, ``gqa`` in :mod:`claims.probes.variants`, ``sequential`` there too,
 ``ssm_long`` in :mod:`claims.probes.ssm`) add these figures, read from :data:`SUITE`: real greedy generations
-(``mode = "generate"``, :mod:`harness.generation`) with a static KV cache or Mamba's constant state, every case
+(``mode = "generate"``, :mod:`harness.engine.generation`) with a static KV cache or Mamba's constant state, every case
 timed side by side in the same rounds.
 
 * Bytes are the generation state's real bytes (``kv_cache_bytes``: the preallocated k/v buffers, or Mamba's state),
@@ -23,8 +23,8 @@ from typing import Any
 from claims.evidence import Context
 from claims.model import Evidence, Figure, mean_ci
 from claims.probes import busy_reason, interleaved, select
-from harness.records import CaseRecord
-from harness.stats import round_medians
+from harness.contract.records import CaseRecord
+from harness.analysis.stats import round_medians
 
 SUITE = str(Path(__file__).resolve().parent.parent / "generation.toml")
 """The claims' generation suite: MHA, GQA-2, MQA (parameter-matched) and Mamba, prompts 32 and 256, b = 1 and 8."""

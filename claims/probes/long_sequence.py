@@ -15,8 +15,8 @@ from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure, mean_ci
 from claims.probes import at, exponent, median_ratio, probe, ratio_figure, select, series
 from claims.probes.power import diff_resolution
-from harness.records import CaseRecord
-from harness.registry import resolve
+from harness.contract.records import CaseRecord
+from harness.contract.registry import resolve
 
 EFFICIENT = {"window": "lra-window", "linformer": "lra-linformer", "performer": "lra-performer",
              "bigbird": "lra-bigbird", "longformer": "lra-longformer"}

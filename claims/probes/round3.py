@@ -15,7 +15,7 @@ from architectures.layers.attention import Attention
 from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure, mean_ci
 from claims.probes import probe
-from harness.registry import resolve
+from harness.contract.registry import resolve
 
 # ------------------------------------------------------------------------------------------------
 # C43: residual connections are essential for training a deep stack
@@ -338,7 +338,7 @@ def vit_tpu_days(ctx: Context | None) -> Evidence:
     """C48: the quoted TPU-days (ViT-H/14 2.5k vs BiT-L 9.9k) beside the forward MACs per 224² image counted
     here on fake tensors: vit-h14 and timm's resnetv2_152x4_bit (BiT-L's architecture; timm is optional)."""
     from claims.probes.cost import fake_metrics
-    from harness.spec import Workload
+    from harness.contract.spec import Workload
     ev = Evidence()
     (v, vwhat), (r, rwhat) = QUOTED_TPU_DAYS["vit"], QUOTED_TPU_DAYS["resnet"]
     ev.figures["quoted_tpu_days_ratio"] = Figure(r / v, unit="× (quoted)",

@@ -12,7 +12,7 @@ from claims.model import Chart, Evidence, Figure, mean_ci
 from claims.probes import generation as gen
 from claims.probes import exponent, local_slope, mean_chart, median_ratio, probe, select, series
 from claims.probes.power import ratio_resolution
-from harness.records import CaseRecord
+from harness.contract.records import CaseRecord
 
 SUITE = "ssm_vs_attention"
 DECODE_SUITE = "kv_cache"                  # where the attention decode lines are when the SSM suite has none

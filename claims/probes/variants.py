@@ -15,11 +15,11 @@ from claims.model import Chart, Evidence, Figure, mean_ci
 from claims.probes import mean_chart, median_ratio, probe, select, series, timed_ratio
 from claims.probes import generation as gen
 from claims.probes.blocks import NAMED
-from harness.memory import LiveTensorTracker
-from harness.records import CaseRecord
-from harness.registry import resolve
-from harness.stats import fit_loglog, paired_ratio
-from harness.timing import TimingConfig, TimingResult, measure_interleaved
+from harness.instruments.memory import LiveTensorTracker
+from harness.contract.records import CaseRecord
+from harness.contract.registry import resolve
+from harness.analysis.stats import fit_loglog, paired_ratio
+from harness.instruments.timing import TimingConfig, TimingResult, measure_interleaved
 
 
 MATCH_TOL = 0.01                           # "parameter-matched": within 1% of MHA's parameter count
@@ -347,7 +347,7 @@ def generation_times(model: Decoder, n: int, repeats: int = GEN_REPEATS, batch: 
                      ) -> tuple[TimingResult, TimingResult]:
     """Time generating ``n`` tokens one at a time with the KV cache (``n`` sequential single-token forwards,
     each token the greedy choice of the step before) against ONE parallel forward over ``n`` tokens (a
-    prefill), side by side in ``repeats`` rounds of one call each (:func:`harness.timing.measure_interleaved`:
+    prefill), side by side in ``repeats`` rounds of one call each (:func:`harness.instruments.timing.measure_interleaved`:
     a cold call and a warm-up call of each first, a fresh random order per round). Returns (decode, prefill)."""
     tokens = torch.randint(0, model.cfg.vocab_size, (batch, n), generator=torch.Generator().manual_seed(0))
 

@@ -13,10 +13,10 @@ from architectures.swin import ShiftedWindowAttention
 from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure
 from claims.probes import PROBES, exponent, local_slope, median_ratio, probe, select, series
-from harness.fake import fake_case
-from harness.flops import count_model, dependency_trace
-from harness.spec import Workload
-from harness.registry import get, resolve
+from harness.instruments.fake import fake_case
+from harness.instruments.flops import count_model, dependency_trace
+from harness.contract.spec import Workload
+from harness.contract.registry import get, resolve
 from reports.frames import peak_flops, rates
 from reports.pareto import Point, dominates, pareto
 
@@ -158,7 +158,7 @@ what compiling changes, and "default" compiles in seconds where max-autotune tak
 either to save compile time: it is inductor's compile plus graph capture (never cheaper), and torch.compile's
 ``backend="cudagraphs"`` (eager kernels captured, nothing fused) builds fast but at these batches measures the
 eager rate again, not the fused one this rule asks about. The compile cost is cut instead by compiling each model
-once for all its batches (harness.compiled.mark_batch_dynamic) and by the suite's batches (64…256)."""
+once for all its batches (harness.engine.compiled.mark_batch_dynamic) and by the suite's batches (64…256)."""
 GPU_MODES = (("eager", "none", "_eager"), (f"compiled ({COMPILED})", COMPILED, ""))
 """(mode named in the verdict, the workload's ``compile``, figure suffix): the rule's figure is the compiled one."""
 GPU_RATE_FIGURES = tuple(f"{name}{tag}" for _, _, tag in GPU_MODES

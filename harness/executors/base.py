@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Protocol
 
-from harness.runner import RunOptions
-from harness.records import CaseRecord
-from harness.spec import Case
+from harness.engine.runner import RunOptions
+from harness.contract.records import CaseRecord
+from harness.contract.spec import Case
 
 MAX_GROUP = 16
 """At most this many cases are built and timed side by side in one worker."""
@@ -31,7 +31,7 @@ def poisons_worker(message: str) -> bool:
 
 
 class Executor(Protocol):
-    startup_s: float      # seconds spent starting workers (harness.overhead)
+    startup_s: float      # seconds spent starting workers (harness.engine.overhead)
     starts: int           # how many workers were started
 
     def run(self, cases: Sequence[Case], opts: RunOptions) -> Iterator[CaseRecord]: ...

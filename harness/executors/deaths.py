@@ -6,7 +6,7 @@ a container runtime: the case is called ``oom`` only when an out-of-memory kill 
 kernel's ``oom_kill`` counter moved, system-wide (``/proc/vmstat``) or in this process's memory cgroup (v2
 ``memory.events``, v1 ``memory.oom_control``). Otherwise the death is ``crashed``, with the signal or exit code.
 (An out-of-memory the allocator raises inside the worker is caught there and is ``oom`` already:
-:func:`harness.runner.is_oom`.)
+:func:`harness.engine.runner.is_oom`.)
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.records import CaseRecord
-from harness.spec import Case
+from harness.contract.records import CaseRecord
+from harness.contract.spec import Case
 
 PROC_VMSTAT = Path("/proc/vmstat")
 CGROUP_ROOT = Path("/sys/fs/cgroup")

@@ -19,12 +19,12 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from harness.errors import BenchInputError
+from harness.contract.errors import BenchInputError
 from harness.executors.base import interleave_groups
 from harness.executors.process import ProcessExecutor
-from harness.records import CaseRecord
-from harness.runner import RunOptions
-from harness.spec import Case, workload_dict
+from harness.contract.records import CaseRecord
+from harness.engine.runner import RunOptions
+from harness.contract.spec import Case, workload_dict
 
 log = logging.getLogger("bench")
 
@@ -117,7 +117,7 @@ class DevicesExecutor:
         self._threads: list[threading.Thread] = []
 
     @property
-    def startup_s(self) -> float:         # summed over workers (they start side by side: harness.overhead)
+    def startup_s(self) -> float:         # summed over workers (they start side by side: harness.engine.overhead)
         return sum(s.executor.startup_s for s in self.slots)
 
     @property

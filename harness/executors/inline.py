@@ -4,9 +4,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from harness.executors.base import interleave_groups
-from harness.records import CaseRecord
-from harness.runner import RunOptions, run_case, run_group
-from harness.spec import Case
+from harness.contract.records import CaseRecord
+from harness.engine.runner import RunOptions, run_case, run_group
+from harness.contract.spec import Case
 
 
 class InlineExecutor:

@@ -1,4 +1,4 @@
-"""Cases in a spawned worker process, reused across cases (and their built models: harness.models.MODELS).
+"""Cases in a spawned worker process, reused across cases (and their built models: harness.engine.models.MODELS).
 
 A hang is killed at the per-case timeout (``timeout``), a worker that dies (a signal, a segfault, an
 exit) is recorded against its case — ``oom`` only when the kernel recorded an out-of-memory kill meanwhile,
@@ -19,13 +19,13 @@ import time
 from collections.abc import Iterator, Sequence
 from multiprocessing.connection import Connection
 
-from harness import registry
+from harness.contract import registry
 from harness.executors.base import interleave_groups, poisons_worker
 from harness.executors.deaths import death_record, read_oom_kills
-from harness.replicate import merge_processes, per_process_timing
-from harness.runner import RunOptions, run_case, run_group
-from harness.records import CaseRecord
-from harness.spec import Case
+from harness.engine.replicate import merge_processes, per_process_timing
+from harness.engine.runner import RunOptions, run_case, run_group
+from harness.contract.records import CaseRecord
+from harness.contract.spec import Case
 
 _CTX = mp.get_context("spawn")   # never fork: CUDA and OpenMP state do not survive it
 WORKER_NAME = "bench-worker"
@@ -98,7 +98,7 @@ class ProcessExecutor:
     def __init__(self) -> None:
         self.proc: mp.process.BaseProcess | None = None
         self.conn: Connection | None = None
-        self.startup_s = 0.0      # spawning workers until each said ready (harness.overhead)
+        self.startup_s = 0.0      # spawning workers until each said ready (harness.engine.overhead)
         self.starts = 0
 
     def _start(self) -> None:
@@ -147,8 +147,8 @@ class ProcessExecutor:
 
     def _replicated(self, cases: Sequence[Case], opts: RunOptions) -> Iterator[CaseRecord]:
         """``opts.processes`` passes over ``cases``, each in a fresh worker with 1/N of the timing budget
-        (:func:`harness.replicate.per_process_timing`); per case the records are merged
-        (:func:`harness.replicate.merge_processes`) and yielded once the last pass is done."""
+        (:func:`harness.engine.replicate.per_process_timing`); per case the records are merged
+        (:func:`harness.engine.replicate.merge_processes`) and yielded once the last pass is done."""
         n = opts.processes
         one = dataclasses.replace(opts, processes=1, timing=per_process_timing(opts.timing, n))
         parts: dict[str, list[CaseRecord]] = {c.key: [] for c in cases}

@@ -41,20 +41,20 @@ from typing import Any
 
 import torch
 
-from harness import registry
-from harness.env import usable_cores
-from harness.errors import BenchInputError
+from harness.contract import registry
+from harness.engine.env import usable_cores
+from harness.contract.errors import BenchInputError
 from harness.executors.base import interleave_groups
 from harness.executors.devices import device_type, pin, unpin
 from harness.executors.process import ProcessExecutor
-from harness.records import CaseRecord
-from harness.runner import RunOptions, fake_pass
-from harness.spec import Case
+from harness.contract.records import CaseRecord
+from harness.engine.runner import RunOptions, fake_pass
+from harness.contract.spec import Case
 
 log = logging.getLogger("bench")
 
 RAY_MISSING = "ray is not installed: pip install -c constraints.txt -e '.[ray]'"
-NO_CUDA = "CUDA is not available on this machine"     # the reason harness.runner.prepare gives locally
+NO_CUDA = "CUDA is not available on this machine"     # the reason harness.engine.runner.prepare gives locally
 OBJECT_STORE_BYTES = 128 * 1024 * 1024                  # records are small: a local cluster's object store
 
 
@@ -144,7 +144,7 @@ def measure_in_worker(cases: list[Case], opts: RunOptions, last: bool) -> tuple[
     """The Ray task: ``cases`` through this Ray worker's ProcessExecutor (closed after the task when ``last``).
     A CUDA case runs on ``cuda`` (its assigned GPU is the only one visible) and keeps its key; where this worker
     has no CUDA (a declared GPU resource on a machine without one) it is skipped as locally. Returns the
-    records, and the seconds and starts of measuring processes spent here (harness.overhead)."""
+    records, and the seconds and starts of measuring processes spent here (harness.engine.overhead)."""
     if device_type(cases[0].workload.device) == "cuda" and not torch.cuda.is_available():
         return [c.record("skipped", NO_CUDA) for c in cases], 0.0, 0   # a GPU resource without CUDA: as locally
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")

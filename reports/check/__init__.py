@@ -16,30 +16,30 @@ times the between-round coefficient of variation, and a Mann–Whitney U test on
 p < 0.002 (asv uses ratio > 1.1 and p < 0.002). In full, with ``ratio = median(candidate) / median(baseline)``
 and ``floor = max(MIN_EFFECT, NOISE_MULTIPLE · max(round CV of the baseline, round CV of the candidate))``
 (:func:`~reports.check.timing.effect_floor`; the round CV is the standard deviation of the round medians over their mean,
-:func:`harness.stats.round_summary`, the drift a rerun sees; a side timed in fewer than two rounds has none):
+:func:`harness.analysis.stats.round_summary`, the drift a rerun sees; a side timed in fewer than two rounds has none):
 
 - ``regressed``: ratio > 1 + floor and p < ALPHA (two-sided Mann–Whitney U on the raw per-call samples);
 - ``improved``: ratio < 1 / (1 + floor) and p < ALPHA;
 - ``unchanged``: |log ratio| ≤ log(1 + floor), whatever p: a change too small to matter;
 - ``inconclusive``: beyond the floor but not significant (the CLI re-measures these cases once); also a
   regression or improvement measured while other processes used more than half a core
-  (``load_busy``, :mod:`harness.load`): a busy machine decides nothing.
+  (``load_busy``, :mod:`harness.instruments.load`): a busy machine decides nothing.
 
 **Over processes** (issue 25): where both sides were measured in two or more worker processes
-(``n_processes``; their rounds process by process, :func:`harness.process_stats.process_groups`), the ratio is
+(``n_processes``; their rounds process by process, :func:`harness.analysis.process_stats.process_groups`), the ratio is
 the geometric mean of the candidate's per-process medians over the baseline's, with a two-level bootstrap
-interval (:func:`harness.process_stats.process_ratio`; per pair of processes with ``--against``:
-:func:`harness.process_stats.paired_process_ratio`); ``regressed`` when ratio > 1 + MIN_EFFECT and the
+interval (:func:`harness.analysis.process_stats.process_ratio`; per pair of processes with ``--against``:
+:func:`harness.analysis.process_stats.paired_process_ratio`); ``regressed`` when ratio > 1 + MIN_EFFECT and the
 ``1 - ALPHA`` interval lies above 1 (``improved`` mirrored; within the floor ``unchanged``; else
 ``inconclusive``). Every verdict carries its minimum detectable effect (``mde``: the slowdown caught with 80 %
 power given the spread between processes; with one process a side, the floor or the interval's reach),
 printed in the verdict cell and summed up by :func:`~reports.check.render.power_line`.
 
 *Paired* timings (both sides measured in the same rounds, side by side, e.g. a re-measurement that interleaves
-the baseline's code with the candidate's): the ratio is the paired ratio of :func:`harness.stats.paired_ratio`
+the baseline's code with the candidate's): the ratio is the paired ratio of :func:`harness.analysis.stats.paired_ratio`
 (geometric mean of the per-round ratios of the round medians) and "significant" means its 95 % interval
 excludes 1, in place of the Mann–Whitney p; the floor rule is the same. The ratio's interval shown is the
-bootstrap interval of :func:`harness.stats.compare` for unpaired timings, the paired interval for paired ones.
+bootstrap interval of :func:`harness.analysis.stats.compare` for unpaired timings, the paired interval for paired ones.
 
 **Deterministic metrics** (:data:`~reports.check.metrics.DETERMINISTIC`: ``macs``, ``flops``, ``params``, ``est_peak_bytes``,
 ``activation_peak_bytes``, ``peak_bytes`` and every ``analytic_*``) are compared *exactly* when the torch

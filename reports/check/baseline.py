@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from harness.errors import BenchInputError
-from harness.process_stats import process_groups
-from harness.records import STATUSES, CaseRecord, RunRecord
+from harness.contract.errors import BenchInputError
+from harness.analysis.process_stats import process_groups
+from harness.contract.records import STATUSES, CaseRecord, RunRecord
 from reports.check.metrics import finite, metric_split
 from reports.check.timing import round_cv
 
@@ -201,7 +201,7 @@ def parse_baseline(doc: Any, path: str = "") -> Baseline:
 
 def load_baseline(path: str | Path) -> Baseline:
     """Read a baseline file written by :func:`write_baseline`. A missing, unreadable or invalid file raises
-    :class:`~harness.errors.BenchInputError` (``where="--baseline"``) with one line saying why."""
+    :class:`~harness.contract.errors.BenchInputError` (``where="--baseline"``) with one line saying why."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from harness.records import CaseRecord
+from harness.contract.records import CaseRecord
 
 if TYPE_CHECKING:
     from reports.check.baseline import BaselineCase

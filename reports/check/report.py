@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.records import FAILED, CaseRecord, RunRecord
+from harness.contract.records import FAILED, CaseRecord, RunRecord
 from reports.check.baseline import Baseline, BaselineCase
 from reports.check.metrics import DETERMINISTIC, MetricFinding, metric_findings
 from reports.check.timing import TimingVerdict, busy_note, n_processes, not_on_busy, timing_verdict

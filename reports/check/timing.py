@@ -14,10 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as sps
 
-from harness.process_stats import paired_process_ratio, process_groups, process_ratio
-from harness.records import CaseRecord
-from harness.stats import compare as compare_samples
-from harness.stats import paired_ratio, round_summary
+from harness.analysis.process_stats import paired_process_ratio, process_groups, process_ratio
+from harness.contract.records import CaseRecord
+from harness.analysis.stats import compare as compare_samples
+from harness.analysis.stats import paired_ratio, round_summary
 
 MIN_EFFECT = 0.05
 """The smallest timing change that counts (5 %), however steady the timings."""
@@ -93,7 +93,7 @@ def timing_verdict(base_samples: Sequence[float], base_rounds: Sequence[int] | N
     ``*_rounds``: samples per round, consecutive in the samples (empty or None: no rounds, no round CV).
     ``paired=True`` needs both sides measured in the same rounds (at least two); raises ValueError otherwise.
     ``*_processes``: the worker processes each side was measured in (its rounds, process by process:
-    :func:`harness.process_stats.process_groups`); with two or more on both sides the verdict is over processes
+    :func:`harness.analysis.process_stats.process_groups`); with two or more on both sides the verdict is over processes
     (:func:`process_timing_verdict`) whatever ``paired`` says."""
     base = np.asarray(base_samples, dtype=np.float64)
     cand = np.asarray(cand_samples, dtype=np.float64)
@@ -128,11 +128,11 @@ def process_timing_verdict(base_groups: Sequence[Sequence[float]], cand_groups: 
                            paired: bool = False) -> TimingVerdict:
     """The verdict over processes (each side's samples cut by process, two processes or more a side): the ratio
     of the geometric means of the per-process medians, its 95 % interval from the two-level bootstrap
-    (:func:`harness.process_stats.process_ratio`); significant when the ``1 - ALPHA`` interval excludes 1; the
+    (:func:`harness.analysis.process_stats.process_ratio`); significant when the ``1 - ALPHA`` interval excludes 1; the
     floor is :data:`MIN_EFFECT` (the between-process spread is in the interval already). ``mde``: the larger of the
     floor and the slowdown the test would catch with 80 % power given the between-process spread. ``paired``:
     process k of each side ran alternately with the other's (``--against``): the ratio is taken per pair
-    (:func:`harness.process_stats.paired_process_ratio`), so load shared by a pair cancels."""
+    (:func:`harness.analysis.process_stats.paired_process_ratio`), so load shared by a pair cancels."""
     pr = (paired_process_ratio if paired else process_ratio)(base_groups, cand_groups, alpha=ALPHA)
     floor = MIN_EFFECT
     verdict = classify(pr.ratio, floor, pr.significant)

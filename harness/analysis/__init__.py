@@ -1,0 +1,1 @@
+"""The statistics over measured samples: intervals, fits, process-level bootstrap."""

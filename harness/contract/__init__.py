@@ -1,0 +1,1 @@
+"""The contract: plain data (workloads, suites, records, the registry), importable without torch."""

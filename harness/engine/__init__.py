@@ -1,0 +1,1 @@
+"""The engine: a Run, its cases' steps, models built and compiled, A/B workers."""

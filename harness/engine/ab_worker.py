@@ -1,0 +1,79 @@
+"""The worker side of an A/B timing across two versions of the code (``bench check --against REF``).
+
+Started by :mod:`harness.engine.ab` as ``python -c "from harness.engine.ab_worker import serve; serve()"`` with
+``PYTHONPATH`` at one checkout, so every import below is that checkout's code. It talks over a socket whose
+file descriptor is in ``BENCH_AB_FD``, in plain dicts (no class crosses between the two versions):
+
+- ``("prepare", case, {"timing": ..., "memory": bool})``: fake pass, build, memory pass (unless told not to),
+  warm-up; replies ``("ready", None)`` or
+  ``("done", record)`` when the case ends there (skipped, failed, nothing to time);
+- ``("round", None, None)``: one round of samples (as :func:`harness.instruments.timing.measure_interleaved` takes them);
+- ``("finish", group, None)``: the case's record with its samples in rounds; ``("stop", ...)`` ends the worker.
+"""
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import asdict
+from multiprocessing.connection import Connection
+from typing import Any
+
+import torch
+
+from harness.contract import registry
+from harness.instruments.load import LoadMonitor
+from harness.contract.records import CaseRecord
+from harness.engine.runner import Prepared, RunOptions, failed_record, ok_record, add_timing, measure_memory, prepare
+from harness.contract.spec import Case, Workload
+from harness.instruments.timing import TimingConfig, Sampler
+
+
+def case_from(d: dict[str, Any]) -> Case:
+    return Case(d["suite"], d["line"], d["arch"], tuple(tuple(kv) for kv in d["overrides"]),
+                Workload(**d["workload"]), tuple(d["metrics"]), d.get("point", 0))
+
+
+def serve() -> None:
+    sock = socket.socket(fileno=int(os.environ["BENCH_AB_FD"]))
+    conn = Connection(sock.detach())
+    plugins = tuple(p for p in os.environ.get("BENCH_AB_PLUGINS", "").split(os.pathsep) if p)
+    registry.list_archs()
+    held: dict[str, Any] = {}
+    while True:
+        try:
+            cmd, arg, extra = conn.recv()
+        except (EOFError, OSError):
+            return
+        if cmd == "stop":
+            return
+        p: Prepared | None = held.get("p")
+        try:
+            if cmd == "prepare":
+                held.clear()
+                case, timing = case_from(arg), TimingConfig(**extra["timing"])
+                opts = RunOptions(timing=timing, plugins=plugins)
+                got = prepare(case, opts)
+                if isinstance(got, CaseRecord):
+                    conn.send(("done", asdict(got)))
+                    continue
+                if "memory" in case.metrics and extra.get("memory", True):
+                    measure_memory(got)
+                monitor = LoadMonitor()
+                monitor.start()
+                held.update(p=got, opts=opts, monitor=monitor,
+                            sampler=Sampler(got.step, timing, torch.device(case.workload.device)))
+                conn.send(("ready", None))
+            elif cmd == "round":
+                held["sampler"].take_round(held["opts"].timing)
+                conn.send(("ok", None))
+            elif cmd == "finish":
+                s = held["sampler"]
+                timed = s.result(0.0)
+                add_timing(p, timed, held["monitor"].stop())
+                conn.send(("done", asdict(ok_record(p, timed.samples_s, timed.rounds, arg or ""))))
+                held.clear()
+        except Exception as exc:  # noqa: BLE001 — the case's failure is its record
+            rec = failed_record(p.case if p else case_from(arg), exc, held.get("opts") or RunOptions(plugins=plugins),
+                          config=p.config if p else {}, metrics=p.metrics if p else {})
+            held.clear()
+            conn.send(("done", asdict(rec)))

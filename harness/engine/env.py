@@ -1,0 +1,79 @@
+"""Machine and software fingerprint stored with every run.
+
+``hard`` keys decide whether two runs are comparable (same CPU/GPU, software, settings);
+``soft`` fields are context (host, time, commit).
+"""
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (affinity-aware), the default thread count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def git_commit() -> dict[str, Any]:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=5).stdout.strip()
+    try:
+        return {"commit": git("rev-parse", "HEAD") or None, "dirty": bool(git("status", "--porcelain", "-uno"))}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+
+
+def gpu_info() -> list[dict[str, Any]]:
+    if not torch.cuda.is_available():
+        return []
+    out = []
+    for i in range(torch.cuda.device_count()):
+        p = torch.cuda.get_device_properties(i)
+        out.append({"name": p.name, "memory_bytes": p.total_memory, "capability": f"{p.major}.{p.minor}",
+                    "multiprocessors": p.multi_processor_count})
+    return out
+
+
+def fingerprint(threads: int | None = None) -> dict[str, Any]:
+    """Everything needed to say where and how a number was measured."""
+    try:
+        import psutil
+        mem = psutil.virtual_memory().total
+    except ImportError:  # pragma: no cover
+        mem = None
+    hard = {
+        "cpu": cpu_model(),
+        "cores": usable_cores(),
+        "memory_bytes": mem,
+        "gpus": gpu_info(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "threads": threads if threads is not None else torch.get_num_threads(),
+        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+        "tf32_cudnn": torch.backends.cudnn.allow_tf32,
+        "mkldnn": torch.backends.mkldnn.is_available(),
+    }
+    soft = {"host": platform.node(), "platform": platform.platform(), **git_commit()}
+    return {"hard": hard, "soft": soft}

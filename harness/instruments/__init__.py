@@ -1,0 +1,1 @@
+"""The instruments: timing, memory, FLOP/MAC counting, load, calibration, kernels, energy."""

@@ -1,0 +1,1 @@
+"""Tools around the engine: the pytest plugin."""
