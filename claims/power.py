@@ -101,11 +101,42 @@ def detectable_gap(n: int, base: float, bound: float = 0.0, power: float = 0.8, 
     return math.inf
 
 
+def exact_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """The Clopper–Pearson (exact binomial) interval of a proportion k / n."""
+    ci = stats.binomtest(k, n).proportion_ci(confidence_level=confidence, method="exact")
+    return float(ci.low), float(ci.high)
+
+
 def clopper_pearson(k: int, n: int, unit: str = "share of runs", note: str = "", confidence: float = 0.95) -> Figure:
     """k of n with its exact (Clopper–Pearson) interval."""
     if n <= 0:
         return Figure(float("nan"), unit=unit, note=note or "no runs", n=0)
-    a = 1 - confidence
-    lo = 0.0 if k == 0 else float(stats.beta.ppf(a / 2, k, n - k + 1))
-    hi = 1.0 if k == n else float(stats.beta.ppf(1 - a / 2, k + 1, n - k))
+    lo, hi = exact_interval(k, n, confidence)
     return Figure(k / n, lo, hi, unit, note, n)
+
+
+# The smallest effect a rule could have seen from a figure's 95% interval: a rule "x ≥ bar" decides only when
+# the whole interval lies on one side of the bar, so an effect smaller than its half-width (a difference) or than
+# the factor √(hi/lo) (a ratio, on the log scale) cannot be told from no effect. Probes name these figures
+# ``power_<figure>`` so a rule can point at them (the ``power`` field); a figure with no interval (an exact count)
+# has none: it decides any effect above its rounding.
+def diff_resolution(fig: Figure, what: str = "") -> Figure:
+    """Half the width of ``fig``'s interval, in its unit: an effect smaller than this could not be seen."""
+    if not fig.has_interval or not math.isfinite(fig.lo) or not math.isfinite(fig.hi):  # type: ignore[arg-type]
+        return Figure(float("nan"), unit=fig.unit, note=f"{what or 'the figure'} has no finite interval")
+    half = (fig.hi - fig.lo) / 2                                                        # type: ignore[operator]
+    return Figure(half, unit=fig.unit, n=fig.n,
+                  note=f"smallest effect {what or 'the rule'} could have seen: ±{half:.3g} {fig.unit} "
+                       f"(half the 95% interval {fig.text()})")
+
+
+def ratio_resolution(fig: Figure, what: str = "") -> Figure:
+    """√(hi/lo) of a positive ratio's interval: a true ratio within that factor of the bar could not be seen
+    (the interval would straddle it)."""
+    if (not fig.has_interval or not fig.lo or fig.lo <= 0 or not math.isfinite(fig.hi)  # type: ignore[operator]
+            or fig.hi <= 0):                                                              # type: ignore[operator]
+        return Figure(float("nan"), unit="×", note=f"{what or 'the ratio'} has no finite positive interval")
+    factor = math.sqrt(fig.hi / fig.lo)                                                   # type: ignore[operator]
+    return Figure(factor, unit="×", n=fig.n,
+                  note=f"smallest effect {what or 'the rule'} could have seen: a ratio within ×/÷{factor:.3g} of "
+                       f"the bar (from the 95% interval {fig.text()})")

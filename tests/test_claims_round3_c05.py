@@ -14,7 +14,7 @@ import pytest
 from claims.catalog import load_catalog
 from claims.model import Evidence, Figure
 from claims.probes import generation, ssm
-from claims.probes.power import diff_resolution, ratio_resolution
+from claims.power import diff_resolution, ratio_resolution
 from claims.rules import check
 from claims.verdicts import decide
 from tests.test_claims_generation import _records as generation_records

@@ -20,7 +20,7 @@ from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure
 from claims.probes import (at, built_params, busy_reason, exponent, interleaved, median_ratio, probe, ratio_figure,
                            select, series)
-from claims.probes.power import ratio_resolution
+from claims.power import ratio_resolution
 from harness.instruments import memory
 from harness.contract import registry
 from harness.instruments.fake import fake_case, new_fake_mode

@@ -14,7 +14,7 @@ from architectures.layers.efficient import approximation_error
 from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure, mean_ci
 from claims.probes import at, exponent, median_ratio, probe, ratio_figure, select, series
-from claims.probes.power import diff_resolution
+from claims.power import diff_resolution
 from harness.contract.records import CaseRecord
 from harness.contract.registry import resolve
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from scipy import stats
 
 from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure, mean_ci
 from claims.probes import generation as gen
 from claims.probes import exponent, local_slope, mean_chart, median_ratio, probe, select, series
-from claims.probes.power import ratio_resolution
+from claims.power import exact_interval, ratio_resolution
 from harness.contract.records import CaseRecord
 
 SUITE = "ssm_vs_attention"
@@ -160,12 +159,6 @@ def correct_counts(accs: Sequence[float], items: int) -> list[int]:
     if any(abs(a * items - k) > 0.01 or not 0 <= k <= items for a, k in zip(accs, ks)):
         raise ValueError(f"accuracies {list(accs)} are not counts out of {items} held-out items")
     return ks
-
-
-def exact_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
-    """The Clopper–Pearson (exact binomial) interval of a proportion k / n."""
-    ci = stats.binomtest(k, n).proportion_ci(confidence_level=confidence, method="exact")
-    return float(ci.low), float(ci.high)
 
 
 def _per_seed(accs: Sequence[float], items: int) -> str:

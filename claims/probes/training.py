@@ -9,9 +9,8 @@ import numpy as np
 
 from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure, mean_ci
-from claims.power import clopper_pearson, detectable_gap, paired_gap
+from claims.power import clopper_pearson, detectable_gap, diff_resolution, paired_gap
 from claims.probes import mean_chart, probe
-from claims.probes.power import diff_resolution
 
 
 def _note(res: dict[str, Any]) -> str:
