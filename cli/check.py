@@ -3,6 +3,7 @@ another commit of the code measured in the same job (``--against REF``)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 from pathlib import Path
 
@@ -21,7 +22,8 @@ from harness.engine.runner import RunOptions
 from harness.contract.spec import Case
 from harness.store.db import Store
 from harness.contract.suite import Suite, load_suite, parse_set
-from reports.check.baseline import baseline_document, load_baseline, parse_baseline, write_baseline
+from reports.check.baseline import (append_occasions, baseline_document, load_baseline, parse_baseline,
+                                    process_medians_ms, write_document)
 from reports.check.render import check_table, headline, markdown, power_line
 from reports.check.report import CheckReport, check_run
 from reports.check.timing import busy_note, n_processes
@@ -58,6 +60,10 @@ def _spending(n_cases: int, processes: int) -> str:
             "between them): intervals and tests are over processes")
 
 
+BASELINE_OCCASIONS = 5
+"""Occasions `bench baseline` measures the suite on by default (the A/A check against a file passes with it)."""
+
+
 @click.command("baseline")
 @click.argument("suite_ref", metavar="SUITE")
 @click.option("-o", "--output", required=True, metavar="FILE.json", help="The baseline file to write.")
@@ -65,27 +71,66 @@ def _spending(n_cases: int, processes: int) -> str:
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Pin a suite key (repeatable).")
 @click.option("--executor", type=click.Choice(sorted(EXECUTORS)), default="process", show_default=True)
 @processes_option(GATE_PROCESSES, _PROCESSES_WHY)
+@click.option("--occasions", type=int, default=BASELINE_OCCASIONS, show_default=True,
+              help="Measure the suite this many times, one after the other, each in --processes fresh workers: a "
+                   "check against the file then covers the drift between occasions (README, CI).")
+@click.option("--append", is_flag=True,
+              help="Add this measurement's occasions to FILE.json (same suite, cases, code and machine) instead of "
+                   "replacing it: a baseline grown over days covers the drift of days.")
 @store_option
 @plugin_option
 @debug_option
 def baseline_cmd(suite_ref: str, output: str, quick: bool, sets: tuple[str, ...], executor: str, processes: int | None,
-                 store_url: str | None, plugins: tuple[str, ...], debug: bool) -> None:
+                 occasions: int, append: bool, store_url: str | None, plugins: tuple[str, ...], debug: bool) -> None:
     """Measure SUITE and write a baseline: every case's deterministic metrics (MACs, params, analytic and
-    tensor-peak bytes), RSS, timings with their raw samples in rounds, and the environment fingerprint."""
+    tensor-peak bytes), RSS, timings with their raw samples in rounds (per occasion, each process's median),
+    and the environment fingerprint."""
+    if occasions < 1:
+        raise BenchInputError(f"--occasions must be at least 1, got {occasions}", where="--occasions")
     plugin_files = load_plugins(plugins)
     suite = load_suite(suite_ref, quick=quick, sets=parse_set(sets))
     if Path(output).is_dir():
         raise BenchInputError(f"{output} is a directory", where="--output")
+    old = _appendable(output) if append else None
     processes = check_processes(processes, executor, GATE_PROCESSES)
     show_logs()
     opts = run_options(quick, debug=debug, plugins=plugin_files, processes=processes)
-    err.print(_spending(len(suite.cases), processes))
-    run, records = _measure(Store(store_url), suite, list(suite.cases), opts, executor, quick, "bench baseline")
-    write_baseline(output, run, records)
+    err.print(_spending(len(suite.cases), processes)
+              + (f"; on {occasions} occasions, one after the other" if occasions > 1 else ""))
+    store = Store(store_url)
+    first: tuple[RunRecord, list[CaseRecord]] | None = None
+    medians: dict[str, list[list[float]]] = {c.key: [] for c in suite.cases}
+    for k in range(occasions):
+        if occasions > 1:
+            err.print(f"occasion {k + 1} of {occasions}")
+        run, records = _measure(store, suite, list(suite.cases), opts, executor, quick, "bench baseline")
+        first = first or (run, records)
+        for r in records:
+            if r.ok and r.samples_s:
+                medians.setdefault(r.case_key, []).append(process_medians_ms(r))
+    run, records = first
+    doc = baseline_document(run, records, {k: v for k, v in medians.items() if len(v) >= 2})
+    if old is not None:
+        doc = append_occasions(old, doc, output)
+    write_document(output, doc)
     bad = [f"{label} {r.status}" for r, label in zip(records, case_labels(records)) if not r.ok]
-    out.print(f"wrote {output}: {len(records)} cases of {suite.name} (run {run.id})"
+    held = max((len(((c.get("timing") or {}).get("occasion_medians_ms") or [None])) for c in doc["cases"]),
+               default=1)
+    out.print(f"{'appended to' if old is not None else 'wrote'} {output}: {len(records)} cases of {suite.name} "
+              f"(run {run.id}; {held} occasion{'s' if held != 1 else ''})"
               + (f"; {len(bad)} not ok: " + ", ".join(bad) if bad else ""),
               highlight=False, soft_wrap=True)
+
+
+def _appendable(path: str) -> dict | None:
+    """The baseline document at ``path`` for ``--append`` (None when there is no file yet: it is written)."""
+    if not Path(path).exists():
+        return None
+    try:
+        load_baseline(path)
+    except BenchInputError as exc:
+        raise BenchInputError(str(exc), where="--append") from None
+    return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
 def _remeasure(cases: list[Case], opts: RunOptions, executor: str) -> dict[str, CaseRecord]:

@@ -40,7 +40,7 @@ def gate(tmp_path_factory) -> dict[str, str]:
     paths = {"suite": str(suite), "store": f"sqlite:///{d / 's.sqlite'}", "baseline": str(d / "base.json"),
              "dir": str(d)}
     res = _bench("baseline", paths["suite"], "--quick", "-o", paths["baseline"], "--plugin", PLUGIN,
-                 "--executor", "inline", "--store", paths["store"])
+                 "--executor", "inline", "--store", paths["store"], "--occasions", "1")   # occasions: test_occasions
     assert res.returncode == 0, res.stderr
     return paths
 

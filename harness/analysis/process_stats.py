@@ -17,6 +17,10 @@ them; pyperf spawns 20 worker processes per benchmark for the same reason. Here:
   Welch's, and its **minimum detectable effect** is the slowdown the test would catch with ``POWER``
   probability: ``exp((t(1 - alpha/2) + t(POWER)) · se) - 1``.
 
+A third level sits above processes: the *occasion* (a baseline file and the check that reads it run minutes or
+days apart). :func:`occasion_ratio` judges a check against a baseline measured on several occasions, with the
+spread between them in its standard error and ``K - 1`` degrees of freedom.
+
 With one process there is no between-process spread to see: no interval is made here, and callers say "one
 process: the interval covers this process only".
 """
@@ -182,3 +186,65 @@ def paired_process_ratio(base: Sequence[Sequence[float]], cand: Sequence[Sequenc
 
 ONE_PROCESS_NOTE = "one process: the interval covers this process only"
 """What a timing measured in one worker process says about its interval."""
+
+
+@dataclass(frozen=True)
+class OccasionRatio:
+    """Candidate (one occasion: a check) over a baseline measured on ``n_occasions`` occasions: ``ratio`` (the
+    geometric mean of the candidate's per-process medians over the baseline's, occasions weighted equally), its
+    interval at ``confidence``, the standard error of its log with ``df = n_occasions - 1`` degrees of freedom,
+    the minimum detectable effect at ``alpha`` with power :data:`POWER`, and the components of the variance."""
+
+    ratio: float
+    ci_low: float
+    ci_high: float
+    se_log: float
+    df: float
+    mde: float
+    significant: bool
+    n_occasions: int
+    occasion_sd: float          # SD of the baseline's occasion means (log), between-process noise included
+    process_sd: float           # pooled SD of the log process medians within an occasion
+
+
+def occasion_ratio(base_occasions_ms: Sequence[Sequence[float]], cand_ms: Sequence[float], *, alpha: float = 0.002,
+                   confidence: float = 0.95) -> OccasionRatio:
+    """A check's timing against a baseline measured on several occasions (per occasion, its per-process medians;
+    the candidate's per-process medians, one or more): the third level above processes and rounds.
+
+    A file baseline and the check that reads it run on two *occasions* — minutes or days apart — and a case's
+    speed moves between occasions by more than its processes differ within one (a quiet 2-core machine: a
+    1.5 ms model 23 % slower, all five processes alike, 14 minutes after its baseline). The spread between
+    occasions is seen only by measuring several: with the log occasion means ``m_1 … m_K`` of the baseline (their
+    variance ``s_o²`` holds the between-process noise of ``N_b`` processes an occasion), the within-occasion
+    process variance ``s_p²`` (pooled over the baseline's occasions and the candidate's processes), the check is a
+    prediction for a new occasion of ``N_c`` processes::
+
+        se² = max(s_o² − s_p²/N_b, 0) + s_p²/N_c + s_o²/K,   df = K − 1
+
+    (with ``N_c = N_b`` that is ``s_o²·(1 + 1/K)``, the textbook prediction interval). Few occasions give few
+    degrees of freedom, so the test is wide until the baseline holds more of them: that is what a file baseline
+    can prove, and the minimum detectable effect says it."""
+    occ = [np.log(np.asarray(o, dtype=np.float64)) for o in base_occasions_ms if len(o)]
+    if len(occ) < 2:
+        raise ValueError("an occasion-level ratio needs a baseline of at least two occasions")
+    lc = np.log(np.asarray(cand_ms, dtype=np.float64))
+    if lc.size == 0 or not np.all(np.isfinite(lc)) or not all(np.all(np.isfinite(o)) for o in occ):
+        raise ValueError("an occasion-level ratio needs positive, finite medians on both sides")
+    k = len(occ)
+    means = np.array([o.mean() for o in occ])
+    s_o2 = float(means.var(ddof=1))
+    groups = occ + ([lc] if lc.size >= 2 else [])
+    dof = sum(g.size - 1 for g in groups)
+    s_p2 = float(sum(((g - g.mean()) ** 2).sum() for g in groups) / dof) if dof > 0 else 0.0
+    n_b = float(np.mean([o.size for o in occ]))
+    var = max(s_o2 - s_p2 / n_b, 0.0) + s_p2 / lc.size + s_o2 / k
+    se = math.sqrt(var)
+    df = float(k - 1)
+    log_r = float(lc.mean() - means.mean())
+    t_show = float(sps.t.ppf(0.5 + confidence / 2.0, df))
+    t_test = float(sps.t.ppf(1.0 - alpha / 2.0, df))
+    t_power = float(sps.t.ppf(POWER, df))
+    return OccasionRatio(math.exp(log_r), math.exp(log_r - t_show * se), math.exp(log_r + t_show * se), se, df,
+                         math.expm1((t_test + t_power) * se), abs(log_r) > t_test * se, k, math.sqrt(s_o2),
+                         math.sqrt(s_p2))

@@ -35,6 +35,16 @@ interval (:func:`harness.analysis.process_stats.process_ratio`; per pair of proc
 power given the spread between processes; with one process a side, the floor or the interval's reach),
 printed in the verdict cell and summed up by :func:`~reports.check.render.power_line`.
 
+**Over occasions**: a baseline file written on several occasions (``bench baseline --occasions K``, default 5, or
+grown with ``--append``: per case ``occasion_medians_ms``, each occasion's per-process medians) is checked as a
+prediction for one more occasion (:func:`harness.analysis.process_stats.occasion_ratio`): the standard error holds
+the spread between the baseline's occasions, ``K - 1`` degrees of freedom, the same ``ALPHA``, floor and verdict
+rule. A file baseline and its check run on two occasions, and a case's speed moves between occasions by more
+than its processes differ within one (the 23 % A/A false alarm of a one-occasion baseline, README "CI"): only
+the occasion level covers that. ``--against`` measures both versions on one occasion, interleaved, and stays
+over (paired) processes. A one-occasion baseline (``--occasions 1``, or a file written before) is judged over
+processes and the verdict says "1 occasion: drift between occasions not covered".
+
 *Paired* timings (both sides measured in the same rounds, side by side, e.g. a re-measurement that interleaves
 the baseline's code with the candidate's): the ratio is the paired ratio of :func:`harness.analysis.stats.paired_ratio`
 (geometric mean of the per-round ratios of the round medians) and "significant" means its 95 % interval

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,12 @@ class BaselineTiming:
     samples_s: tuple[float, ...]
     rounds: tuple[int, ...]
     n_processes: int = 1            # worker processes; their rounds consecutive (a file before issue 25: 1)
+    occasion_medians_ms: tuple[tuple[float, ...], ...] = ()   # per occasion its per-process medians (>= 2 occasions)
+
+    @property
+    def n_occasions(self) -> int:
+        """The occasions the timing was measured on (1 unless ``--occasions`` / ``--append`` made more)."""
+        return max(1, len(self.occasion_medians_ms))
 
 
 @dataclass(frozen=True)
@@ -67,7 +74,16 @@ class Baseline:
     path: str = ""
 
 
-def _timing_doc(r: CaseRecord) -> dict[str, Any] | None:
+def process_medians_ms(r: CaseRecord) -> list[float]:
+    """A record's per-process medians in ms (one value for a timing measured in one process; [] without samples)."""
+    if not r.samples_s:
+        return []
+    rounds = list(r.rounds) if r.rounds and sum(r.rounds) == len(r.samples_s) else []
+    groups = process_groups(r.samples_s, rounds, int(r.metric("n_processes") or 1))
+    return [float(np.median(g)) * 1e3 for g in groups] if groups else [float(np.median(r.samples_s)) * 1e3]
+
+
+def _timing_doc(r: CaseRecord, occasions: Sequence[Sequence[float]] = ()) -> dict[str, Any] | None:
     if not r.samples_s:
         return None
     rounds = list(r.rounds) if r.rounds and sum(r.rounds) == len(r.samples_s) else []
@@ -79,32 +95,95 @@ def _timing_doc(r: CaseRecord) -> dict[str, Any] | None:
         doc["n_processes"] = n_proc
         doc["process_medians_ms"] = [float(np.median(g)) * 1e3 for g in groups]
         doc["n_rounds"], doc["n_samples"] = len(rounds), len(r.samples_s)
+    if len(occasions) >= 2:             # the raw samples are the first occasion's; the medians, every occasion's
+        doc["n_occasions"] = len(occasions)
+        doc["occasion_medians_ms"] = [[float(m) for m in o] for o in occasions]
     return doc
 
 
-def baseline_document(run: RunRecord, records: Sequence[CaseRecord]) -> dict[str, Any]:
+def baseline_document(run: RunRecord, records: Sequence[CaseRecord],
+                      occasions: Mapping[str, Sequence[Sequence[float]]] | None = None) -> dict[str, Any]:
     """The baseline of a measured run as a JSON-able dict: ``format``, ``suite``, ``quick``, ``created``, ``run_id``,
     ``commit``, ``env`` (the run's fingerprint) and ``cases``, one per record: identity, status, workload, config,
     the ``deterministic`` and ``tolerant`` metrics it has, and its ``timing`` (median_ms, round_cv, the raw
-    samples_s and rounds; null without samples)."""
+    samples_s and rounds; null without samples). ``occasions``: per case key, each occasion's per-process medians
+    (ms) when the suite was measured on two occasions or more (``records`` is the first occasion's run); stored
+    as ``timing.occasion_medians_ms`` and ``n_occasions``."""
     cases = []
     for r in records:
         det, tol = metric_split(r)
         cases.append({"case_key": r.case_key, "line": r.line, "arch": r.arch, "status": r.status,
                       "workload": dict(r.workload), "config": dict(r.config), "deterministic": det,
-                      "tolerant": tol, "timing": _timing_doc(r)})
+                      "tolerant": tol, "timing": _timing_doc(r, (occasions or {}).get(r.case_key, ()))})
     return {"format": BASELINE_FORMAT, "suite": run.suite, "quick": bool(run.quick),
             "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "run_id": run.id,
             "commit": run.commit, "env": dict(run.env), "cases": cases}
 
 
-def write_baseline(path: str | Path, run: RunRecord, records: Sequence[CaseRecord]) -> None:
+def write_baseline(path: str | Path, run: RunRecord, records: Sequence[CaseRecord],
+                   occasions: Mapping[str, Sequence[Sequence[float]]] | None = None) -> None:
     """Write :func:`baseline_document` to ``path`` as JSON; a path that cannot be written raises BenchInputError."""
-    text = json.dumps(baseline_document(run, records), indent=1, default=str, allow_nan=False) + "\n"
+    write_document(path, baseline_document(run, records, occasions))
+
+
+def write_document(path: str | Path, doc: Mapping[str, Any]) -> None:
+    """Write a baseline document as JSON (to a temporary file, then renamed: an existing baseline is never left
+    half-written); a path that cannot be written raises BenchInputError."""
+    text = json.dumps(doc, indent=1, default=str, allow_nan=False) + "\n"
+    tmp = Path(f"{path}.tmp")
     try:
-        Path(path).write_text(text)
+        tmp.write_text(text)
+        os.replace(tmp, path)
     except OSError as exc:
+        tmp.unlink(missing_ok=True)
         raise BenchInputError(f"cannot write {path}: {exc.strerror or exc}", where="--output") from None
+
+
+def _occasions_of(timing: Mapping[str, Any] | None) -> list[list[float]]:
+    """A timing document's occasions (each its per-process medians, ms): ``occasion_medians_ms``, else its one
+    occasion's process medians, else its samples' median."""
+    if not timing:
+        return []
+    if timing.get("occasion_medians_ms"):
+        return [list(o) for o in timing["occasion_medians_ms"]]
+    if timing.get("process_medians_ms"):
+        return [list(timing["process_medians_ms"])]
+    return [[float(np.median(timing["samples_s"])) * 1e3]]
+
+
+def append_occasions(old: Mapping[str, Any], new: Mapping[str, Any], path: str = "the baseline") -> dict[str, Any]:
+    """``old`` (a baseline document, already valid) with the occasions of ``new`` (one measured now, same suite)
+    added to each case's ``occasion_medians_ms``: ``bench baseline --append``. The first occasion's raw samples,
+    run id and commit stay; ``appended`` lists each later run. Raises BenchInputError (``--append``) when the two
+    are not the same measurement: another suite or size, other cases, another hard environment, or a
+    deterministic metric that moved (the code changed: write a new baseline)."""
+    def refuse(msg: str) -> BenchInputError:
+        return BenchInputError(f"cannot append to {path}: {msg}", where="--append")
+    if old.get("suite") != new.get("suite") or bool(old.get("quick")) != bool(new.get("quick")):
+        raise refuse(f"it is a baseline of {old.get('suite')!r} (quick={bool(old.get('quick'))}), this run of "
+                     f"{new.get('suite')!r} (quick={bool(new.get('quick'))})")
+    hard_old, hard_new = (old.get("env") or {}).get("hard") or {}, (new.get("env") or {}).get("hard") or {}
+    moved = sorted(k for k in set(hard_old) | set(hard_new) if hard_old.get(k) != hard_new.get(k))
+    if moved:
+        raise refuse(f"another environment ({', '.join(moved)}): a baseline's occasions share one machine and stack")
+    old_cases, new_cases = {c["case_key"]: c for c in old["cases"]}, {c["case_key"]: c for c in new["cases"]}
+    if set(old_cases) != set(new_cases):
+        diff = sorted(set(old_cases) ^ set(new_cases))
+        raise refuse(f"the cases differ ({len(diff)}: {', '.join(diff[:3])}{' …' if len(diff) > 3 else ''})")
+    cases = []
+    for key, c in old_cases.items():
+        n = new_cases[key]
+        for name, v in (c.get("deterministic") or {}).items():
+            if (n.get("deterministic") or {}).get(name) != v:
+                raise refuse(f"case {key}: {name} {v} → {(n.get('deterministic') or {}).get(name)} (the code changed: "
+                             "write a new baseline)")
+        c = dict(c)
+        if c.get("timing") and n.get("timing") and c.get("status") == "ok" and n.get("status") == "ok":
+            occ = _occasions_of(c["timing"]) + _occasions_of(n["timing"])
+            c["timing"] = {**c["timing"], "n_occasions": len(occ), "occasion_medians_ms": occ}
+        cases.append(c)
+    appended = list(old.get("appended") or []) + [{k: new.get(k) for k in ("created", "run_id", "commit")}]
+    return {**old, "cases": cases, "appended": appended}
 
 
 class _Invalid(Exception):
@@ -163,9 +242,15 @@ def _parse_case(i: int, c: Any) -> BaselineCase:
             raise _Invalid(f"{what}: timing 'n_processes' is not a positive count")
         if n_proc > 1 and process_groups(samples, rounds, n_proc) is None:
             raise _Invalid(f"{what}: timing rounds ({len(rounds)}) do not split into {n_proc} processes")
+        occ = t.get("occasion_medians_ms") or []
+        if not isinstance(occ, list) or not all(isinstance(o, list) and o and all(finite(m) and m > 0 for m in o)
+                                                for o in occ):
+            raise _Invalid(f"{what}: timing 'occasion_medians_ms' is not a list of lists of positive numbers")
         timing = BaselineTiming(median_ms=float(np.median(samples)) * 1e3,
                                 round_cv=float(cv) if finite(cv) else None,
-                                samples_s=tuple(float(s) for s in samples), rounds=tuple(rounds), n_processes=n_proc)
+                                samples_s=tuple(float(s) for s in samples), rounds=tuple(rounds), n_processes=n_proc,
+                                occasion_medians_ms=tuple(tuple(float(m) for m in o) for o in occ)
+                                if len(occ) >= 2 else ())
     return BaselineCase(case_key=key, line=_need(c, "line", str, what), arch=_need(c, "arch", str, what),
                         status=status, workload=dict(_need(c, "workload", dict, what)),
                         config=dict(_need(c, "config", dict, what)),

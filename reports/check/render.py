@@ -36,8 +36,17 @@ def power_line(report: CheckReport) -> str:
     worst = max((r for r in report.rows if r.timing is not None and r.timing.mde is not None),
                 key=lambda r: r.timing.mde)
     procs = sorted({t.processes for t in ts})
-    basis = ("over processes (" + ", ".join(f"{a}+{b}" for a, b in procs) + ")" if all(t.over_processes for t in ts)
-             else "some with a side measured in one process: one process: the interval covers this process only")
+    occ = sorted({t.occasions for t in ts})
+    if all(t.occasions > 1 for t in ts):
+        basis = ("over the baseline's occasions (" + ", ".join(map(str, occ)) + "): the drift between occasions "
+                 "is in the interval")
+    elif all(t.over_processes for t in ts):
+        basis = "over processes (" + ", ".join(f"{a}+{b}" for a, b in procs) + ")"
+        if any(not t.paired and t.occasions == 1 for t in ts):
+            basis += ("; the baseline is 1 occasion: drift between its occasion and this one is not covered "
+                      "(`bench baseline --occasions 5` or `--append`)")
+    else:
+        basis = "some with a side measured in one process: one process: the interval covers this process only"
     gated = "" if report.timing_gated else " (timing not gated)"
     return (f"smallest slowdown this check could see{gated}: {100 * mdes[len(mdes) // 2]:.0f}% median over "
             f"{len(ts)} timings, {100 * worst.timing.mde:.0f}% at worst ({worst.name}); {basis}")

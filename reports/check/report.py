@@ -40,6 +40,7 @@ class CheckRow:
     base_samples: tuple[float, ...] = field(default=(), repr=False)
     base_rounds: tuple[int, ...] = field(default=(), repr=False)
     base_processes: int = field(default=1, repr=False)
+    base_occasions_ms: tuple[tuple[float, ...], ...] = field(default=(), repr=False)
 
     @property
     def name(self) -> str:
@@ -126,7 +127,7 @@ class CheckReport:
                 raise ValueError(f"case {case_key} has no baseline timing to compare with")
             verdict = timing_verdict(row.base_samples, row.base_rounds, cand_samples, cand_rounds,
                                      base_processes=base_processes or row.base_processes,
-                                     cand_processes=cand_processes)
+                                     cand_processes=cand_processes, base_occasions_ms=row.base_occasions_ms)
         verdict = not_on_busy(verdict, busy)
         notes = row.notes + ((busy,) if busy else ())
         new = dataclasses.replace(row, timing=verdict, remeasured=True, notes=notes)
@@ -140,7 +141,8 @@ def _timing_sides(base: BaselineCase, cand: CaseRecord, paired: bool = False) ->
     paired = paired and len(rounds) >= 2 and len(rounds) == len(base.timing.rounds or ())
     return not_on_busy(timing_verdict(base.timing.samples_s, base.timing.rounds, cand.samples_s, rounds,
                                       paired=paired, base_processes=base.timing.n_processes,
-                                      cand_processes=n_processes(cand)), busy_note(cand))
+                                      cand_processes=n_processes(cand),
+                                      base_occasions_ms=base.timing.occasion_medians_ms), busy_note(cand))
 
 
 def check_run(baseline: Baseline, run: RunRecord, records: Sequence[CaseRecord], *,
@@ -185,7 +187,8 @@ def check_run(baseline: Baseline, run: RunRecord, records: Sequence[CaseRecord],
         ident = dict(case_key=b.case_key, line=b.line, arch=b.arch, label=label, params=params,
                      base_samples=b.timing.samples_s if b.timing else (),
                      base_rounds=b.timing.rounds if b.timing else (),
-                     base_processes=b.timing.n_processes if b.timing else 1)
+                     base_processes=b.timing.n_processes if b.timing else 1,
+                     base_occasions_ms=b.timing.occasion_medians_ms if b.timing else ())
         if c is None:
             rows.append(CheckRow(**ident, kind="missing", status="", base_status=b.status))
             continue

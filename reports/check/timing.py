@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as sps
 
-from harness.analysis.process_stats import paired_process_ratio, process_groups, process_ratio
+from harness.analysis.process_stats import occasion_ratio, paired_process_ratio, process_groups, process_ratio
 from harness.contract.records import CaseRecord
 from harness.analysis.stats import compare as compare_samples
 from harness.analysis.stats import paired_ratio, round_summary
@@ -55,6 +55,7 @@ class TimingVerdict:
     mde: float | None = None            # the smallest slowdown this check could have seen (see timing_verdict)
     processes: tuple[int, int] = (1, 1)  # worker processes of the baseline and the candidate
     over_processes: bool = False        # judged over processes (:func:`process_timing_verdict`), not samples
+    occasions: int = 1                  # occasions the baseline was measured on (>= 2: :func:`occasion_timing_verdict`)
 
     @property
     def mde_text(self) -> str:
@@ -62,8 +63,11 @@ class TimingVerdict:
         its interval covers that process only; :func:`power_line` says so in full)."""
         if self.mde is None:
             return ""
+        if self.occasions > 1:
+            return f"MDE {100 * self.mde:.0f}%, {self.occasions} baseline occasions"
         if self.over_processes:
-            return f"MDE {100 * self.mde:.0f}%, {self.processes[0]}+{self.processes[1]} processes"
+            one = "" if self.paired else ", 1 baseline occasion"
+            return f"MDE {100 * self.mde:.0f}%, {self.processes[0]}+{self.processes[1]} processes{one}"
         return f"MDE {100 * self.mde:.0f}%, not over processes ({self.processes[0]}+{self.processes[1]})"
 
 
@@ -87,20 +91,27 @@ def round_cv(samples: Sequence[float], rounds: Sequence[int] | None) -> float | 
 
 def timing_verdict(base_samples: Sequence[float], base_rounds: Sequence[int] | None,
                    cand_samples: Sequence[float], cand_rounds: Sequence[int] | None, *,
-                   paired: bool = False, base_processes: int = 1, cand_processes: int = 1) -> TimingVerdict:
+                   paired: bool = False, base_processes: int = 1, cand_processes: int = 1,
+                   base_occasions_ms: Sequence[Sequence[float]] = ()) -> TimingVerdict:
     """The verdict on one case's timing (seconds per call on both sides; the rule is in the module docstring).
 
     ``*_rounds``: samples per round, consecutive in the samples (empty or None: no rounds, no round CV).
     ``paired=True`` needs both sides measured in the same rounds (at least two); raises ValueError otherwise.
     ``*_processes``: the worker processes each side was measured in (its rounds, process by process:
     :func:`harness.analysis.process_stats.process_groups`); with two or more on both sides the verdict is over processes
-    (:func:`process_timing_verdict`) whatever ``paired`` says."""
+    (:func:`process_timing_verdict`) whatever ``paired`` says. ``base_occasions_ms``: a baseline measured on two
+    occasions or more (per occasion, its per-process medians in ms): unless ``paired``, the verdict is over
+    occasions (:func:`occasion_timing_verdict`), the only one that covers the drift between a baseline's
+    occasion and the check's."""
     base = np.asarray(base_samples, dtype=np.float64)
     cand = np.asarray(cand_samples, dtype=np.float64)
     if base.size == 0 or cand.size == 0:
         raise ValueError("timing_verdict() needs samples on both sides")
-    bg = process_groups(base_samples, base_rounds or (), base_processes)
     cg = process_groups(cand_samples, cand_rounds or (), cand_processes)
+    if len(base_occasions_ms) >= 2 and not paired:
+        cand_ms = [float(np.median(g)) * 1e3 for g in cg] if cg is not None else [float(np.median(cand)) * 1e3]
+        return occasion_timing_verdict(base_occasions_ms, cand_ms, cand_processes=len(cand_ms))
+    bg = process_groups(base_samples, base_rounds or (), base_processes)
     if bg is not None and cg is not None:
         return process_timing_verdict(bg, cg, paired=paired and len(bg) == len(cg))
     floor = effect_floor(round_cv(base, base_rounds), round_cv(cand, cand_rounds))
@@ -141,6 +152,23 @@ def process_timing_verdict(base_groups: Sequence[Sequence[float]], cand_groups: 
     return TimingVerdict(verdict, pr.ratio, pr.ci_low, pr.ci_high, None, floor, med_b * 1e3, med_c * 1e3,
                          paired, sum(len(g) for g in base_groups), sum(len(g) for g in cand_groups),
                          mde=max(floor, pr.mde), processes=(len(base_groups), len(cand_groups)), over_processes=True)
+
+
+def occasion_timing_verdict(base_occasions_ms: Sequence[Sequence[float]], cand_ms: Sequence[float], *,
+                            cand_processes: int = 1) -> TimingVerdict:
+    """The verdict against a baseline measured on several occasions (per occasion its per-process medians in ms;
+    the candidate's per-process medians): the ratio of the geometric means, its 95 % interval and the test over
+    occasions (:func:`harness.analysis.process_stats.occasion_ratio`, ``K - 1`` degrees of freedom); significant
+    when the ``1 - ALPHA`` interval excludes 1; the floor is :data:`MIN_EFFECT`."""
+    r = occasion_ratio(base_occasions_ms, cand_ms, alpha=ALPHA)
+    verdict = classify(r.ratio, MIN_EFFECT, r.significant)
+    logs = np.log([m for o in base_occasions_ms for m in o])
+    med_b = float(np.exp(np.mean([np.mean(np.log(o)) for o in base_occasions_ms if len(o)])))
+    med_c = float(np.exp(np.mean(np.log(cand_ms))))
+    n_base = int(logs.size)
+    return TimingVerdict(verdict, r.ratio, r.ci_low, r.ci_high, None, MIN_EFFECT, med_b, med_c, False, n_base,
+                         len(cand_ms), mde=max(MIN_EFFECT, r.mde), processes=(n_base, max(1, cand_processes)),
+                         over_processes=True, occasions=r.n_occasions)
 
 
 def n_processes(rec: CaseRecord) -> int:
