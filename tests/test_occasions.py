@@ -4,6 +4,7 @@ one-occasion baseline and the occasion-level one holding; the baseline document 
 with ``--append`` and refuses what is not the same measurement; the CLI end to end on the test plug-in."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -183,3 +184,17 @@ def test_cli_baseline_on_occasions_append_and_check(tmp_path):
     assert Path(base).read_text() == before                    # a refused append leaves the file as it was
     res = _bench("baseline", str(suite), "-o", base, "--occasions", "0", *common)
     assert res.returncode == 2 and "--occasions must be at least 1" in res.stderr
+
+
+def test_an_inconclusive_verdict_over_occasions_is_not_measured_again():
+    from reports.check.report import CheckReport, CheckRow
+    t = OccasionTimer(5, occasion_sd=0.08)
+    base = [_medians_ms(t.occasion()) for _ in range(5)]
+    over_occ = occasion_timing_verdict(base, _medians_ms(t.occasion(slowdown=1.2)))
+    assert over_occ.verdict == "inconclusive"
+    row = dict(line="l", arch="a", label="a", params={}, kind="both", status="ok", base_status="ok",
+               timing_gated=True)
+    one = process_timing_verdict(t.occasion(), t.occasion(slowdown=1.2))
+    rows = (CheckRow(case_key="occ", timing=over_occ, **row),
+            CheckRow(case_key="one", timing=dataclasses.replace(one, verdict="inconclusive"), **row))
+    assert CheckReport(rows=rows).inconclusive_keys() == ["one"]

@@ -100,9 +100,12 @@ class CheckReport:
         return [r for r in self.rows if r.verdict != "ok"]
 
     def inconclusive_keys(self) -> list[str]:
-        """Cases whose gated timing verdict is inconclusive (the CLI re-measures these once)."""
+        """Cases whose gated timing verdict is inconclusive (the CLI re-measures these once) — except those judged
+        over a baseline's occasions: there the spread between the baseline's occasions, not this run's samples,
+        decides, and measuring this occasion again would not narrow it."""
         return [r.case_key for r in self.rows
-                if r.timing is not None and r.timing_gated and r.timing.verdict == "inconclusive"]
+                if r.timing is not None and r.timing_gated and r.timing.verdict == "inconclusive"
+                and r.timing.occasions == 1]
 
     def replace_timing(self, case_key: str, cand_samples: Sequence[float], cand_rounds: Sequence[int] = (), *,
                        paired_base: tuple[Sequence[float], Sequence[int]] | None = None, busy: str = "",
