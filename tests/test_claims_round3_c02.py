@@ -64,11 +64,12 @@ def test_c03_the_operating_system_sees_the_score_tensor():
 
 
 def test_c11_the_allocator_sees_what_the_caches_hold():
-    """After a prefill and one decode step GQA-8 of 32 heads holds 1/4 of MHA's bytes; right after the prefill
-    the dynamic cache still holds views of the fused QKV output (queries included): (32 + 16)/96 = 1/2."""
+    """After a prefill and one decode step GQA-8 of 32 heads holds 1/4 of MHA's bytes, and right after the prefill
+    too: the dynamic cache copies K/V out of the fused QKV output (it used to keep views of it, queries
+    included: (32 + 16)/96 = 1/2)."""
     figs = variants.kv_figures(32, 8)
     assert figs["kv_ratio_held"].value == pytest.approx(0.25)
-    assert figs["kv_ratio_held_prefill"].value == pytest.approx(0.5)
+    assert figs["kv_ratio_held_prefill"].value == pytest.approx(0.25)      # K/V copied out of the fused QKV
     ev = Evidence(figures={**figs, "kv_ratio_held": Figure(0.5)})
     assert decide(CATALOG["C11"], ev).verdict == "contradicted"          # a cache holding more would fail it
 

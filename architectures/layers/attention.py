@@ -292,6 +292,12 @@ class Attention(nn.Module):
         return self.core.macs(self.heads, batch, t, s, causal)
 
 
+def _owned(t: Tensor) -> Tensor:
+    """``t`` itself when it owns its storage exactly, else a contiguous copy (a view keeps its base alive)."""
+    return t if t.untyped_storage().nbytes() == t.nbytes and t.is_contiguous() else t.clone(
+        memory_format=torch.contiguous_format)
+
+
 class KVCache:
     """Keys and values of past positions for incremental decoding: (B, Hkv, L, hd) each."""
 
@@ -308,8 +314,10 @@ class KVCache:
         return self.length, self.length + t
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
-        self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
+        """Add the new positions' k, v (B, Hkv, T, hd); the first call copies them out of whatever larger tensor
+        they view (the fused QKV projection's output), so the cache never keeps the queries alive."""
+        self.k = _owned(k) if self.k is None else torch.cat([self.k, k], dim=2)
+        self.v = _owned(v) if self.v is None else torch.cat([self.v, v], dim=2)
         return self.k, self.v
 
     def nbytes(self) -> int:

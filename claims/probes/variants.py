@@ -68,8 +68,8 @@ def kv_figures(n_heads: int, kv: int) -> dict[str, Figure]:
                                      f"16-token prefill and one decode step, {held:,} B / MHA's {mha_held:,} B"),
         "kv_ratio_held_prefill": Figure(pre / mha_pre, unit="×",
                                         note=f"the same right after the prefill: {pre:,} B / MHA's {mha_pre:,} B "
-                                             "(the dynamic cache then keeps views of the fused QKV projection's "
-                                             "output, queries included, until the first decode step copies them)"),
+                                             "(the dynamic cache copies K/V out of the fused QKV projection's "
+                                             "output at once: it never keeps the queries alive)"),
         "kv_ratio": Figure(real / mha_real, unit="×",
                            note=f"{kv} / {n_heads} KV heads: real cache {real:,} B / MHA's real cache {mha_real:,} B "
                                 f"after a 16-token forward (formula ratio {formula / mha_formula:g})"),
