@@ -1,9 +1,10 @@
 """Summary statistics for timing samples: robust summaries, log-log scaling fits, A/B comparison.
 
 Inputs are raw per-call times in seconds; summaries are reported in milliseconds.
-Pure Python + numpy + scipy, no torch. scipy is imported where it is used, not with this module: a bench worker
-summarizes every case it times (:func:`summarize_rounds`) and needs only two of scipy's special functions, so it
-imports ``scipy.special`` (0.2 s) and never ``scipy.stats`` (about 0.6 s more, at every worker start).
+Pure Python + numpy + scipy, no torch. A bench worker summarizes every case it times (:func:`summarize_rounds`)
+with two of ``scipy.special``'s functions, imported with this module (0.2 s, before the worker says it is ready, so
+no case's timeout pays for it); ``scipy.stats`` (about 0.6 s more at every worker start) is imported only by the
+functions that use it.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scipy.special import _ufuncs, stdtrit
 
 NOISY_REL_IQR = 0.10
 """A summary is flagged ``noisy`` when IQR / median is at least this."""
@@ -41,16 +43,12 @@ def median_ci_indices(n: int, confidence: float = 0.95) -> tuple[int, int]:
 def _binom_cdf_half(n: int) -> np.ndarray:
     """``scipy.stats.binom.cdf(np.arange(n), n, 0.5)``, the same values from the same special function
     (``binom.cdf`` calls it), without importing ``scipy.stats`` (tests/test_stats.py checks they are equal)."""
-    from scipy.special import _ufuncs
-
     return _ufuncs._binom_cdf(np.arange(n), n, 0.5)
 
 
 def _t_ppf(q: float, dof: float) -> float:
     """``scipy.stats.t.ppf(q, dof)``: the same value from ``scipy.special.stdtrit``, which ``t.ppf`` calls,
     without importing ``scipy.stats`` (tests/test_stats.py checks they are equal)."""
-    from scipy.special import stdtrit
-
     return float(stdtrit(dof, q))
 
 
