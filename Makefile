@@ -17,11 +17,12 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/bench run suites/attention_scaling --quick
 
-# The tests run on both cores (pytest-xdist, one module per worker), then the `serial` ones alone: those judge
-# timings or the machine's load, which a test running beside them would disturb.
+# The tests run on both cores (pytest-xdist, one module per worker, the longest modules first: tests/conftest.py's
+# SLOW_MODULES_FIRST, kept by --no-loadscope-reorder), then the `serial` ones alone: those judge timings or the
+# machine's load, which a test running beside them would disturb.
 test: $(STAMP)
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not serial"
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not serial"
 	$(BIN)/python -m pytest -q -m serial
 
 clean:

@@ -24,9 +24,7 @@ from harness.engine.run import Run, run_options
 from harness.store.db import Store
 from harness.contract.suite import case_from_record, list_suites, load_suite, parse_set
 from reports.compare import compare_runs, env_differences, interleaved_rows, pair_records
-from reports.export import to_csv, to_json, to_parquet, to_pytest_benchmark, to_tidy_csv
 from reports.findings import run_findings
-from reports.html import write_report
 from reports.terminal import (cases_table, compare_table, findings_table, headline_lines, interleaved_table,
                               runs_table)
 
@@ -150,6 +148,8 @@ def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | No
     for line in headline_lines(findings):
         out.print(line, highlight=False, soft_wrap=True)
     if not no_report:
+        from reports.html import write_report     # matplotlib and the templates: only when a report is written
+
         path = Path(report_path or (store.folder or Path("results")) / f"report-{run.id}.html")
         write_report(path, [(run, records)])
         out.print(f"report: {path}   ·   every case: bench show {run.id}", highlight=False, soft_wrap=True)
@@ -240,6 +240,8 @@ def export_cmd(run_ref: str, fmt: str, output: str | None, store_url: str | None
     and github-action-benchmark's `tool: pytest`)."""
     if fmt == "parquet" and not output:
         raise click.UsageError("--format parquet needs -o FILE (Parquet is binary)")
+    from reports.export import to_csv, to_json, to_parquet, to_pytest_benchmark, to_tidy_csv   # pandas: here only
+
     store = Store(store_url, create=False)
     run = store.get_run(run_ref)
     records = store.records(run.id)

@@ -9,15 +9,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 
 from harness.contract.records import CaseRecord, RunRecord
 from harness.analysis.stats import SAME_REL_TOL, paired_ratio
 from harness.analysis.stats import compare as compare_samples
 from reports.frames import sweep_axis
 from reports.labels import param_labels
+
+if TYPE_CHECKING:
+    import pandas as pd    # imported where a frame is built: `bench run` need not load pandas
 
 VERDICTS = ("faster", "slower", "same")
 
@@ -35,6 +37,8 @@ class Comparison:
     geomean_ratio: float | None = None
 
     def frame(self) -> pd.DataFrame:
+        import pandas as pd
+
         return pd.DataFrame(self.rows)
 
 

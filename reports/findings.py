@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.analysis.process_stats import ONE_PROCESS_NOTE, process_groups, process_ratio
 from harness.contract.records import CaseRecord, RunRecord
 from harness.analysis.stats import AffineFit, ScalingFit, compare, fit_cost
 from reports.frames import is_number, sweep_axis, varying_keys
@@ -158,6 +157,8 @@ def n_processes(r: CaseRecord) -> int:
 
 
 def _groups(r: CaseRecord) -> list[tuple[float, ...]] | None:
+    from harness.analysis.process_stats import process_groups   # scipy.stats: imported when a run is judged
+
     return process_groups(r.samples_s, r.rounds, n_processes(r))
 
 
@@ -169,6 +170,8 @@ def _time_ratio(a: CaseRecord, b: CaseRecord) -> Ratio | None:
         return _ratio(a.metric("median_ms"), b.metric("median_ms"))
     ga, gb = _groups(a), _groups(b)
     if ga is not None and gb is not None:
+        from harness.analysis.process_stats import process_ratio
+
         pr = process_ratio(gb, ga)                     # ratio = a / b over processes
         return Ratio(pr.ratio, pr.ci_low, pr.ci_high, min(len(ga), len(gb)))
     c = compare(b.samples_s, a.samples_s)              # ratio = median(a) / median(b)
@@ -177,6 +180,8 @@ def _time_ratio(a: CaseRecord, b: CaseRecord) -> Ratio | None:
 
 def interval_note(records: Sequence[CaseRecord]) -> str:
     """What a run's timing intervals cover: ``timing intervals over 5 processes`` or the one-process note."""
+    from harness.analysis.process_stats import ONE_PROCESS_NOTE
+
     counts = sorted({n_processes(r) for r in records if r.ok and r.samples_s})
     if not counts:
         return ""

@@ -6,11 +6,13 @@ peak, its roofline point, the sweep axis of a run, and the wide/tidy frames of t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 
 from harness.contract.records import CaseRecord
+
+if TYPE_CHECKING:
+    import pandas as pd    # imported where a frame is built: `bench run` need not load pandas
 
 ID_COLUMNS = ["case_key", "suite", "line", "arch", "status", "message"]
 Records = Sequence[CaseRecord]
@@ -123,6 +125,8 @@ def wide_frame(records: Records, peak: dict[str, Any] | None = None) -> pd.DataF
             row.update(rates(r, peak))
         row["duration_s"] = r.duration_s
         flat.append(row)
+    import pandas as pd
+
     return pd.DataFrame(flat)
 
 
@@ -132,6 +136,8 @@ def tidy_frame(records: Records, peak: dict[str, Any] | None = None) -> pd.DataF
     Rows follow the stored case order, metrics sorted by name within a case; missing metrics are
     dropped. With ``peak``, ``achieved_flops_per_s`` and ``peak_share`` are metrics too.
     """
+    import pandas as pd
+
     wide = wide_frame(records, peak)
     metric_names = {m for r in records for m in r.metrics}
     if peak is not None:

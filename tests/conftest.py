@@ -26,6 +26,32 @@ SERIAL_MODULES = frozenset({"test_ci_gate", "test_load", "test_timing", "test_in
 parallel tests (marker ``serial``), so another test running beside them cannot pass for a busy machine."""
 
 
+SLOW_MODULES_FIRST = ("test_executor", "test_overhead", "test_faults_pg", "test_executor_ray", "test_faults",
+                      "test_concurrent_runs", "test_report_browser", "test_resume", "test_cli", "test_pytest_plugin",
+                      "test_report", "test_claims_cost", "test_vision", "test_roofline", "test_vision_zoo")
+"""The modules that take longest (`pytest --durations`, summed per module, 2 cores), longest first: `make test`'s
+parallel phase hands out whole modules (``--dist loadfile``) in the order of the collection
+(``--no-loadscope-reorder``), so the longest start first and the many short modules fill the end evenly (the
+longest-job-first rule). xdist's own order, by number of tests, left these few-test, long modules for last, and one
+core worked alone at the end. Modules not named here follow, those with more tests first; a test's order within
+its module never changes."""
+
+
+def _schedule_order(items: list[pytest.Item]) -> list[pytest.Item]:
+    """``items`` reordered module by module: :data:`SLOW_MODULES_FIRST` in its order, then by number of tests."""
+    def module(item: pytest.Item) -> str:
+        return item.nodeid.split("::", 1)[0]
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[module(item)] = counts.get(module(item), 0) + 1
+    rank = {name: i for i, name in enumerate(SLOW_MODULES_FIRST)}
+
+    def key(item: pytest.Item) -> tuple[int, int]:
+        name = module(item).rsplit("/", 1)[-1].removesuffix(".py")
+        return rank.get(name, len(rank)), -counts[module(item)]
+    return sorted(items, key=key)           # stable: the order within a module (and among equals) is kept
+
+
 def pytest_configure(config):
     """Under pytest-xdist (``make test``'s parallel phase), each worker takes its own share of the cores.
 
@@ -46,6 +72,7 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    items[:] = _schedule_order(items)
     skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
     for item in items:
         # the marker, not ``item.keywords`` (which also holds the names of parent directories: a checkout in a

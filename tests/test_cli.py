@@ -314,3 +314,28 @@ def test_default_store_is_not_created_by_readers(tmp_path, monkeypatch):
         assert result.exit_code == 2
         assert "results/bench.sqlite" in one_line(result.stderr)
     assert not (tmp_path / "results").exists()
+
+
+def test_every_command_is_listed_for_lazy_loading_under_its_own_name() -> None:
+    """cli.app imports a command's module only when it runs: its table names every command of every module."""
+    import importlib
+
+    from cli.app import COMMANDS, main
+    from cli.check import COMMANDS as CHECK
+    from cli.runs import COMMANDS as RUNS
+    for name, ref in COMMANDS.items():
+        module, attr = ref.split(":")
+        assert getattr(importlib.import_module(module), attr).name == name
+    defined = {c.name for c in (*RUNS, *CHECK)} | {"report", "claims", "flops"}
+    assert set(COMMANDS) == defined
+    assert invoke("--help").exit_code == 0 and all(f" {name} " in invoke("--help").output for name in COMMANDS)
+
+
+def test_bench_run_does_not_import_the_other_commands() -> None:
+    """``bench run --help`` imports cli.runs only: not cli.check, cli.claims, cli.flops, nor pandas and matplotlib
+    (which a run without a report never uses), nor scipy.stats (imported when a run's timings are judged)."""
+    code = ("import sys\nfrom cli import main\ntry:\n    main(['run', '--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('cli.check', 'cli.claims', 'cli.flops', 'cli.runs', 'pandas', 'matplotlib', 'scipy.stats') "
+            "if m in sys.modules), file=sys.stderr)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.stderr.strip().splitlines()[-1] == "['cli.runs']", res.stderr

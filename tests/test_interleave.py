@@ -1,6 +1,7 @@
 """Timings that survive a noisy machine: callables timed side by side in rounds, the paired per-round
-ratio whose interval covers drift, sweep points built and timed in one worker, two versions of the code in
-alternating workers, and claims that do not decide a timing measured on a busy machine."""
+ratio whose interval covers drift, sweep points built and timed in one worker, and claims that do not decide a timing measured on a busy machine.
+Two versions of the code in alternating workers (counted metrics and structure, no timing judged) are
+tests/test_ab_versions.py's, in `make test`'s parallel phase."""
 from __future__ import annotations
 
 import math
@@ -10,9 +11,6 @@ import pytest
 
 from claims.model import Figure, Rule
 from claims.rules import check
-from harness.engine import ab
-from harness.engine.env import REPO
-from harness.contract.errors import BenchInputError
 from harness.executors.base import MAX_GROUP, interleave_groups
 from harness.executors.inline import InlineExecutor
 from harness.engine.runner import RunOptions
@@ -120,34 +118,6 @@ def test_a_sweep_point_is_built_and_timed_side_by_side_in_one_worker():
     assert a.metric("ci_low_ms") <= a.metric("round_ci_low_ms")
     pr = paired_ratio(a.samples_s, a.rounds, b.samples_s, b.rounds)
     assert pr.ci_low <= pr.ratio <= pr.ci_high and math.isfinite(pr.ratio)
-
-
-def test_two_versions_alternate_in_worker_processes():
-    """A/A: this checkout against itself, in two alternating workers: same counted metrics, paired rounds."""
-    case = _case("MHA", 8, 0, n_kv_heads=4)
-    (base, cand), = ab.interleave_versions([case], RunOptions(timing=TimingConfig.quick(), timeout_s=120), REPO)
-    assert base.ok and cand.ok, (base.message, cand.message)
-    assert base.metric("macs") == cand.metric("macs") and base.metric("params") == cand.metric("params")
-    assert base.group == cand.group and len(base.rounds) == len(cand.rounds) == 6   # 5 rounded up: 3 per worker
-    assert base.metric("n_processes") == cand.metric("n_processes") == 2 and base.metric("process_rounds") == 3
-
-
-def test_against_needs_a_real_commit_with_the_worker():
-    with pytest.raises(BenchInputError, match="no commit"):
-        with ab.worktree("no-such-ref-xyz"):
-            pass
-    with ab.worktree("HEAD") as tree:
-        assert (tree / "harness" / "engine" / "ab_worker.py").exists()
-        assert ab.worker_module(tree) == "harness.engine.ab_worker"
-    assert not tree.exists()
-
-
-def test_against_finds_the_worker_of_a_commit_before_the_regroup(tmp_path):
-    """A commit from before harness/ was regrouped into folders kept its worker at harness/ab_worker.py."""
-    (tmp_path / "harness").mkdir()
-    assert ab.worker_module(tmp_path) is None
-    (tmp_path / "harness" / "ab_worker.py").write_text("")
-    assert ab.worker_module(tmp_path) == "harness.ab_worker"
 
 
 def test_a_timing_measured_on_a_busy_machine_decides_nothing_unless_forced():

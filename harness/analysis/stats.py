@@ -1,7 +1,10 @@
 """Summary statistics for timing samples: robust summaries, log-log scaling fits, A/B comparison.
 
 Inputs are raw per-call times in seconds; summaries are reported in milliseconds.
-Pure Python + numpy + scipy, no torch.
+Pure Python + numpy + scipy, no torch. A bench worker summarizes every case it times (:func:`summarize_rounds`)
+with two of ``scipy.special``'s functions, imported with this module (0.2 s, before the worker says it is ready, so
+no case's timeout pays for it); ``scipy.stats`` (about 0.6 s more at every worker start) is imported only by the
+functions that use it.
 """
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import stats as sps
+from scipy.special import _ufuncs, stdtrit
 
 NOISY_REL_IQR = 0.10
 """A summary is flagged ``noisy`` when IQR / median is at least this."""
@@ -31,10 +34,22 @@ def median_ci_indices(n: int, confidence: float = 0.95) -> tuple[int, int]:
     if n < 1:
         raise ValueError("need at least one sample")
     alpha = (1.0 - confidence) / 2.0
-    cdf = sps.binom.cdf(np.arange(n), n, 0.5)
+    cdf = _binom_cdf_half(n)
     lo = int(np.searchsorted(cdf, alpha, side="right")) - 1  # largest k with cdf[k] <= alpha
     lo = max(lo, 0)
     return lo, n - 1 - lo
+
+
+def _binom_cdf_half(n: int) -> np.ndarray:
+    """``scipy.stats.binom.cdf(np.arange(n), n, 0.5)``, the same values from the same special function
+    (``binom.cdf`` calls it), without importing ``scipy.stats`` (tests/test_stats.py checks they are equal)."""
+    return _ufuncs._binom_cdf(np.arange(n), n, 0.5)
+
+
+def _t_ppf(q: float, dof: float) -> float:
+    """``scipy.stats.t.ppf(q, dof)``: the same value from ``scipy.special.stdtrit``, which ``t.ppf`` calls,
+    without importing ``scipy.stats`` (tests/test_stats.py checks they are equal)."""
+    return float(stdtrit(dof, q))
 
 
 def summarize(samples_s: Sequence[float]) -> dict[str, float]:
@@ -101,6 +116,8 @@ def fit_loglog(x: Sequence[float], y: Sequence[float], confidence: float = 0.95)
     distribution with n - 2 degrees of freedom; with exactly 2 points there are no degrees
     of freedom and the CI is (nan, nan).
     """
+    from scipy import stats as sps
+
     xa = np.asarray(x, dtype=np.float64)
     ya = np.asarray(y, dtype=np.float64)
     if xa.shape != ya.shape:
@@ -224,6 +241,8 @@ def compare(
     interval contains 1 or ``|ratio - 1| < SAME_REL_TOL``, else "faster" (ratio < 1) or
     "slower" (ratio > 1). Returns ratio, ci_low, ci_high, verdict, a_median_ms, b_median_ms.
     """
+    from scipy import stats as sps
+
     a = np.asarray(a_samples, dtype=np.float64)
     b = np.asarray(b_samples, dtype=np.float64)
     if a.size == 0 or b.size == 0:
@@ -268,7 +287,7 @@ def _t_interval_log(values: Sequence[float], confidence: float) -> tuple[float, 
     m = float(logs.mean())
     if logs.size < 2:
         return math.exp(m), math.nan, math.nan
-    half = float(sps.t.ppf(0.5 + confidence / 2.0, logs.size - 1)) * float(logs.std(ddof=1)) / math.sqrt(logs.size)
+    half = _t_ppf(0.5 + confidence / 2.0, logs.size - 1) * float(logs.std(ddof=1)) / math.sqrt(logs.size)
     return math.exp(m), math.exp(m - half), math.exp(m + half)
 
 
@@ -391,6 +410,8 @@ def fit_affine(x: Sequence[float], y: Sequence[float], *, exact: bool = False,
     a second fit must be indistinguishable from 0; intervals are Student-t. Either way the floor must be
     present (its interval above 0) and the slope positive (a measured slope's whole interval: a flat metric
     is left to the power law, whose exponent ≈ 0 says so); otherwise None."""
+    from scipy import stats as sps
+
     pts = sorted((float(a), float(b)) for a, b in zip(x, y, strict=True)
                  if math.isfinite(a) and math.isfinite(b) and a > 0 and b > 0)
     xs = np.array([p[0] for p in pts])
@@ -457,6 +478,8 @@ def fit_floor_power(x: Sequence[float], y: Sequence[float], confidence: float = 
     """``y = floor + slope·x^k`` (floor ≥ 0), or None with fewer than 3 sizes or when the fit does not converge.
     Used where the data have a floor (:func:`fit_affine` found one): the exponent of what grows with x, which a
     log-log fit of the whole cost would bias towards 0."""
+    from scipy import stats as sps
+
     from scipy.optimize import curve_fit
 
     pts = sorted((float(a), float(b)) for a, b in zip(x, y, strict=True)

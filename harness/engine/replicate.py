@@ -14,7 +14,6 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
-from harness.analysis.process_stats import process_groups, process_summary
 from harness.contract.records import CaseRecord
 from harness.analysis.stats import summarize_rounds
 from harness.instruments.timing import TimingConfig
@@ -40,6 +39,8 @@ def timing_metrics(samples_s: Sequence[float], rounds: Sequence[int], n_processe
     """:func:`harness.analysis.stats.summarize_rounds` of the pooled samples, then — with two processes or more — the
     process-level interval (:func:`harness.analysis.process_stats.process_summary`) as ``ci_low_ms``/``ci_high_ms``, and
     the counts. The pooled interval stays as ``pooled_ci_low_ms``/``pooled_ci_high_ms``."""
+    from harness.analysis.process_stats import process_groups, process_summary   # scipy.stats: not at worker start
+
     out = summarize_rounds(samples_s, rounds)
     out["n_samples"] = float(len(samples_s))
     out["n_rounds"] = float(len(rounds))

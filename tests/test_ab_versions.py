@@ -1,0 +1,42 @@
+"""Two versions of the code in alternating worker processes (harness.engine.ab, `bench check --against`): the
+worktree of a commit, its worker module, and an A/A pair whose counted metrics and rounds match. Nothing here
+judges a timing, so these run in `make test`'s parallel phase (the timing side of interleaving is
+tests/test_interleave.py's, run alone)."""
+from __future__ import annotations
+
+import pytest
+
+from harness.contract.errors import BenchInputError
+from harness.engine import ab
+from harness.engine.env import REPO
+from harness.engine.runner import RunOptions
+from harness.instruments.timing import TimingConfig
+from tests.test_interleave import _case
+
+
+def test_two_versions_alternate_in_worker_processes():
+    """A/A: this checkout against itself, in two alternating workers: same counted metrics, paired rounds."""
+    case = _case("MHA", 8, 0, n_kv_heads=4)
+    (base, cand), = ab.interleave_versions([case], RunOptions(timing=TimingConfig.quick(), timeout_s=120), REPO)
+    assert base.ok and cand.ok, (base.message, cand.message)
+    assert base.metric("macs") == cand.metric("macs") and base.metric("params") == cand.metric("params")
+    assert base.group == cand.group and len(base.rounds) == len(cand.rounds) == 6   # 5 rounded up: 3 per worker
+    assert base.metric("n_processes") == cand.metric("n_processes") == 2 and base.metric("process_rounds") == 3
+
+
+def test_against_needs_a_real_commit_with_the_worker():
+    with pytest.raises(BenchInputError, match="no commit"):
+        with ab.worktree("no-such-ref-xyz"):
+            pass
+    with ab.worktree("HEAD") as tree:
+        assert (tree / "harness" / "engine" / "ab_worker.py").exists()
+        assert ab.worker_module(tree) == "harness.engine.ab_worker"
+    assert not tree.exists()
+
+
+def test_against_finds_the_worker_of_a_commit_before_the_regroup(tmp_path):
+    """A commit from before harness/ was regrouped into folders kept its worker at harness/ab_worker.py."""
+    (tmp_path / "harness").mkdir()
+    assert ab.worker_module(tmp_path) is None
+    (tmp_path / "harness" / "ab_worker.py").write_text("")
+    assert ab.worker_module(tmp_path) == "harness.ab_worker"
