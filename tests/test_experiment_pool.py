@@ -1,0 +1,110 @@
+"""Trials in worker processes (claims.experiments.runner.sweep under a Training plan): the same figures as the
+same trials run one by one at one thread, in other processes, errors raised."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from claims.experiments import recall
+from claims.experiments.runner import Training, sweep, training
+
+TINY = recall.Setup(pairs=(2, 3), n_keys=8, n_values=8, d_model=16, n_heads=2, steps=6, batch=4, warmup=2,
+                    eval_n=8)
+
+
+POOL = Training(2, 1)
+
+
+@pytest.fixture(scope="module")
+def workers():
+    """One pool of 2 one-thread workers for the module's pooled runs (spawning costs seconds: start it once)."""
+    with training(POOL):
+        yield POOL
+
+
+def _strip(result: dict) -> dict:
+    """The result without what depends on how it ran (the wall time, the plan)."""
+    return {k: v for k, v in result.items() if k not in ("scale", "training")} | {
+        "scale": {k: v for k, v in result["scale"].items() if k != "wall_seconds"}}
+
+
+def where(variant: str, seed: int) -> dict:
+    """Which process trained the trial, at how many threads (module-level: picklable)."""
+    return {"pid": os.getpid(), "threads": torch.get_num_threads(), "tag": f"{variant}{seed}"}
+
+
+def fails(variant: str, seed: int) -> dict:
+    raise ValueError(f"trial {variant} {seed} failed")
+
+
+def test_pool_gives_the_serial_figures(workers):
+    serial = recall.EXPERIMENT.run(setup=TINY, seeds=(0, 1), plan=Training(1, 1))
+    pooled = recall.EXPERIMENT.run(setup=TINY, seeds=(0, 1), plan=workers)
+    assert serial["training"] == {"workers": 1, "threads_per_worker": 1}
+    assert pooled["training"] == {"workers": 2, "threads_per_worker": 1}
+    assert _strip(pooled) == _strip(serial)
+    assert set(pooled["variants"]) == {"attention", "s4d", "mamba"}
+    assert pooled["variants"]["mamba"]["train_loss"][0] != pooled["variants"]["mamba"]["train_loss"][1]
+
+
+def test_pool_trains_in_other_processes_at_its_threads_in_order(workers):
+    out = sweep({"a": "a", "b": "b"}, (0, 1, 2), where)
+    assert out["a"]["tag"] == ["a0", "a1", "a2"] and out["b"]["tag"] == ["b0", "b1", "b2"]
+    pids = set(out["a"]["pid"] + out["b"]["pid"])
+    assert os.getpid() not in pids and 1 <= len(pids) <= 2
+    assert set(out["a"]["threads"] + out["b"]["threads"]) == {1}
+
+
+def test_serial_plan_trains_here_at_its_threads():
+    before = torch.get_num_threads()
+    with training(Training(1, 1)):
+        out = sweep({"a": "a"}, (0, 1), where)
+    assert out["a"]["pid"] == [os.getpid()] * 2 and out["a"]["threads"] == [1, 1]
+    assert torch.get_num_threads() == before
+
+
+def test_a_failing_trial_is_raised_not_recorded(workers):
+    with pytest.raises(ValueError, match="failed"):
+        sweep({"a": "a"}, (0, 1), fails)
+    assert sweep({"a": "a"}, (0, 1), where)["a"]["tag"] == ["a0", "a1"]     # the workers go on
+
+
+def test_default_plans():
+    assert recall.EXPERIMENT.parallel
+    assert Training.pooled(2) == Training(2, 1)
+    with pytest.raises(ValueError):
+        Training(0, 1)
+
+
+def test_pooled_lm_trials_share_a_training_across_experiments(workers, monkeypatch):
+    """kv_heads' MHA trained in a worker comes back to this process's TRAINED, and causal's masked decoder (the
+    same model) takes its weights: the same figures as causal trained alone, serially at one thread."""
+    import dataclasses
+
+    from claims.experiments import causal, kv_heads, lm_train
+
+    def tiny(mod):
+        return dataclasses.replace(mod.QUICK, steps=2, warmup=1, batch=2, seq_len=16, eval_windows=4, eval_batch=4,
+                                   corpus_bytes=100_000, d_model=32, **({"prefixes": 4} if mod is causal else {}))
+
+    monkeypatch.setattr(lm_train, "TRAINED", {})
+    kv = kv_heads.EXPERIMENT.run(seeds=(0,), setup=tiny(kv_heads), plan=workers)
+    assert kv["training"] == {"workers": 2, "threads_per_worker": 1}
+    assert len(lm_train.TRAINED) == 3 and all("_trained" not in v for v in kv["variants"].values())
+    shared = causal.EXPERIMENT.run(seeds=(0,), setup=tiny(causal), plan=workers)
+    assert len(lm_train.TRAINED) == 3                      # causal's masked decoder was not trained again
+    lm_train.TRAINED.clear()
+    alone = causal.EXPERIMENT.run(seeds=(0,), setup=tiny(causal), plan=Training(1, 1))
+    for r in (shared, alone):
+        for m in r["models"].values():
+            m.pop("train_seconds")
+    assert _strip(shared) == _strip(alone)
+
+
+def test_an_experiment_that_times_its_trials_refuses_workers():
+    from claims.experiments import small_vision
+    assert not small_vision.EXPERIMENT.parallel
+    with pytest.raises(ValueError, match="one process"):
+        small_vision.EXPERIMENT.run(seeds=(0,), plan=Training(2, 1))
