@@ -26,7 +26,7 @@ def workers():
 
 def _strip(result: dict) -> dict:
     """The result without what depends on how it ran (the wall time, the plan)."""
-    return {k: v for k, v in result.items() if k not in ("scale", "training")} | {
+    return {k: v for k, v in result.items() if k not in ("scale", "trained_by")} | {
         "scale": {k: v for k, v in result["scale"].items() if k != "wall_seconds"}}
 
 
@@ -42,8 +42,8 @@ def fails(variant: str, seed: int) -> dict:
 def test_pool_gives_the_serial_figures(workers):
     serial = recall.EXPERIMENT.run(setup=TINY, seeds=(0, 1), plan=Training(1, 1))
     pooled = recall.EXPERIMENT.run(setup=TINY, seeds=(0, 1), plan=workers)
-    assert serial["training"] == {"workers": 1, "threads_per_worker": 1}
-    assert pooled["training"] == {"workers": 2, "threads_per_worker": 1}
+    assert serial["trained_by"] == {"workers": 1, "threads_per_worker": 1}
+    assert pooled["trained_by"] == {"workers": 2, "threads_per_worker": 1}
     assert _strip(pooled) == _strip(serial)
     assert set(pooled["variants"]) == {"attention", "s4d", "mamba"}
     assert pooled["variants"]["mamba"]["train_loss"][0] != pooled["variants"]["mamba"]["train_loss"][1]
@@ -91,7 +91,7 @@ def test_pooled_lm_trials_share_a_training_across_experiments(workers, monkeypat
 
     monkeypatch.setattr(lm_train, "TRAINED", {})
     kv = kv_heads.EXPERIMENT.run(seeds=(0,), setup=tiny(kv_heads), plan=workers)
-    assert kv["training"] == {"workers": 2, "threads_per_worker": 1}
+    assert kv["trained_by"] == {"workers": 2, "threads_per_worker": 1}
     assert len(lm_train.TRAINED) == 3 and all("_trained" not in v for v in kv["variants"].values())
     shared = causal.EXPERIMENT.run(seeds=(0,), setup=tiny(causal), plan=workers)
     assert len(lm_train.TRAINED) == 3                      # causal's masked decoder was not trained again
@@ -104,7 +104,7 @@ def test_pooled_lm_trials_share_a_training_across_experiments(workers, monkeypat
 
 
 def test_an_experiment_that_times_its_trials_refuses_workers():
-    from claims.experiments import small_vision
-    assert not small_vision.EXPERIMENT.parallel
+    from claims.experiments import residual
+    assert not residual.EXPERIMENT.parallel
     with pytest.raises(ValueError, match="one process"):
-        small_vision.EXPERIMENT.run(seeds=(0,), plan=Training(2, 1))
+        residual.EXPERIMENT.run(seeds=(0,), plan=Training(2, 1))

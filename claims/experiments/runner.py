@@ -16,7 +16,7 @@ train its trials in ``workers`` spawned processes of ONE thread each instead of 
 threads: ``bench claims`` (claims.evidence.Context.experiment) runs a parallel experiment under
 :meth:`Training.pooled` at its thread count (2 workers at 1 thread on 2 cores); ``run()`` alone is serial. The
 figures are those of the same trials run one by one at one thread (tests/test_experiment_pool.py checks it);
-every experiment's result records how it was trained (``training``: workers, threads per worker). The processes
+every experiment's result records how it was trained (``trained_by``: workers, threads per worker). The processes
 are spawned, never forked (a fork after torch has run OpenMP ops can hang), so the trial and its variants must
 be picklable: module-level functions, ``functools.partial`` of them, frozen dataclasses.
 """
@@ -116,7 +116,7 @@ class Experiment(Generic[S]):
     def run(self, quick: bool = True, seeds: Iterable[int] = (0, 1, 2), setup: S | None = None,
             plan: Training | None = None) -> Fields:
         """The experiment at ``setup`` (default: the QUICK or FULL preset) over ``seeds``, as JSON-safe data.
-        ``plan`` (default: :meth:`Training.serial`) says how its sweeps train; the result's ``training`` records
+        ``plan`` (default: :meth:`Training.serial`) says how its sweeps train; the result's ``trained_by`` records
         it. Only a ``parallel`` experiment may be given a plan of several workers."""
         setup = setup if setup is not None else self.quick if quick else self.full
         seeds = tuple(int(s) for s in seeds)
@@ -128,8 +128,10 @@ class Experiment(Generic[S]):
         t0 = time.perf_counter()
         with training(plan):
             fields, scale = self.measure(setup, seeds)
+        if "trained_by" in fields:
+            raise ValueError(f"experiment {self.claim}: 'trained_by' is the record's own field")
         return {"claim": self.claim, "setup": asdict(setup), "seeds": list(seeds), **fields,
-                "training": plan.as_dict(), "scale": {**scale, "wall_seconds": time.perf_counter() - t0}}
+                "trained_by": plan.as_dict(), "scale": {**scale, "wall_seconds": time.perf_counter() - t0}}
 
 
 def per_seed(records: list[Fields]) -> Fields:
@@ -149,7 +151,7 @@ def sweep(variants: Mapping[str, V], seeds: Seeds, trial: Callable[[V, int], Fie
     jobs = [(name, variant, seed) for name, variant in variants.items() for seed in seeds]
     if active is None or plan.workers == 1 or len(jobs) == 1:
         threads = torch.get_num_threads()
-        torch.set_num_threads(plan.threads)                     # what the result's ``training`` says
+        torch.set_num_threads(plan.threads)                     # what the result's ``trained_by`` says
         try:
             results = [trial(variant, seed) for _, variant, seed in jobs]
         finally:
