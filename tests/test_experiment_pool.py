@@ -108,3 +108,45 @@ def test_an_experiment_that_times_its_trials_refuses_workers():
     assert not residual.EXPERIMENT.parallel
     with pytest.raises(ValueError, match="one process"):
         residual.EXPERIMENT.run(seeds=(0,), plan=Training(2, 1))
+
+
+PARALLEL = ["recall", "kv_heads", "positions", "ssm_lm", "causal", "norm_placement", "small_vision"]
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("name", PARALLEL)
+def test_every_parallel_experiments_trials_pickle(name, monkeypatch):
+    """A parallel experiment's sweeps hand a worker only picklable trials and variants (no closure, no lambda):
+    each sweep's arguments go through pickle, then the run stops (nothing is trained)."""
+    import dataclasses
+    import importlib
+    import pickle
+
+    mod = importlib.import_module(f"claims.experiments.{name}")
+    assert mod.EXPERIMENT.parallel
+
+    def pickling(variants, seeds, trial):
+        pickle.loads(pickle.dumps((dict(variants), seeds, trial)))
+        raise _Stop
+
+    for m in {mod, importlib.import_module("claims.experiments.lm_train")}:
+        if hasattr(m, "sweep"):
+            monkeypatch.setattr(m, "sweep", pickling)
+    quick = mod.EXPERIMENT.quick
+    setup = dataclasses.replace(quick, grad_depths=(1,), grad_batch=2) if name == "norm_placement" else quick
+    with pytest.raises(_Stop):
+        mod.EXPERIMENT.run(seeds=(0,), setup=setup)
+
+
+def test_the_list_of_parallel_experiments_is_complete():
+    import importlib
+    import pkgutil
+
+    import claims.experiments as pkg
+    parallel = {m.name for m in pkgutil.iter_modules(pkg.__path__)
+                if getattr(importlib.import_module(f"claims.experiments.{m.name}"), "EXPERIMENT", None) is not None
+                and importlib.import_module(f"claims.experiments.{m.name}").EXPERIMENT.parallel}
+    assert parallel == set(PARALLEL)
