@@ -2,6 +2,7 @@
 same trials run one by one at one thread, in other processes, errors raised."""
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -150,3 +151,36 @@ def test_the_list_of_parallel_experiments_is_complete():
                 if getattr(importlib.import_module(f"claims.experiments.{m.name}"), "EXPERIMENT", None) is not None
                 and importlib.import_module(f"claims.experiments.{m.name}").EXPERIMENT.parallel}
     assert parallel == set(PARALLEL)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Setup:
+    size: int = 1
+
+
+def _measure(setup: _Setup, seeds: tuple[int, ...]) -> tuple[dict, dict]:
+    return {"threads_here": torch.get_num_threads()}, {}
+
+
+@pytest.mark.parametrize("parallel, trained_by", [(True, {"workers": 2, "threads_per_worker": 1}),
+                                                  (False, {"workers": 1, "threads_per_worker": 2})])
+def test_bench_claims_pools_only_a_parallel_experiment(parallel, trained_by, tmp_path, monkeypatch):
+    """claims.evidence.Context.experiment trains a parallel experiment under Training.pooled(its threads), any
+    other one serially at its threads; the stored result says which."""
+    import sys
+    import types
+
+    from claims.evidence import Context
+    from claims.experiments.runner import Experiment
+    from harness.store.db import Store
+
+    fake = types.ModuleType("claims.experiments.fake_pool")
+    fake.EXPERIMENT = Experiment("CX", _Setup(), _Setup(), _measure, parallel=parallel)  # type: ignore[attr-defined]
+    fake.run = fake.EXPERIMENT.run                                                       # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "claims.experiments.fake_pool", fake)
+    before = torch.get_num_threads()
+    try:
+        ctx = Context(store=Store(f"sqlite:///{tmp_path / 's.sqlite'}"), quick=True, threads=2, seeds=(0,))
+        assert ctx.experiment("fake_pool")["trained_by"] == trained_by
+    finally:
+        torch.set_num_threads(before)
