@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from claims.experiments.runner import Training
 from harness.engine.env import fingerprint
 from harness.contract.records import CaseRecord, RunRecord
 from harness.engine.run import Run, run_options
@@ -165,7 +166,10 @@ class Context:
             log.info("claims: training experiment %s (%s, seeds %s)", module, "quick" if self.quick else "full", seeds)
             torch.set_num_threads(self.threads)
             t0 = time.perf_counter()
-            result = mod.run(quick=self.quick, seeds=tuple(seeds))
+            exp = getattr(mod, "EXPERIMENT", None)
+            plan = Training.pooled(self.threads) if exp is not None and exp.parallel else None
+            result = exp.run(quick=self.quick, seeds=tuple(seeds), plan=plan) if plan else mod.run(
+                quick=self.quick, seeds=tuple(seeds))      # a parallel one: its trials in worker processes
             result.setdefault("wall_s", time.perf_counter() - t0)
             result["code_hash"] = experiments_code_hash()
             result["data_description"] = getattr(mod, "DATA", "")

@@ -59,19 +59,23 @@ def future_change(model: torch.nn.Module, tokens: torch.Tensor, i: int, seed: in
     return float((a - b).abs().max())
 
 
+def honest_eval(s: Setup, model: torch.nn.Module, seed: int) -> Fields:
+    """All-position loss (the future visible if no mask), the generation-time last-position loss on fixed
+    prefixes, and the future-change check (module-level: a worker process runs it)."""
+    val = load_corpus(s.corpus_bytes).val
+    val_windows = eval_windows(val, s.seq_len, s.eval_windows)
+    prefixes = eval_windows(val, s.seq_len, s.prefixes, seed=PREFIX_SEED)
+    check = val_windows[: s.check_batch, :-1]
+    loss, acc = position_losses(model, val_windows, s.eval_batch)
+    gen = last_position_loss(model, prefixes, s.eval_batch)
+    return {"val_loss_all_positions": float(loss.mean()), "val_acc_all_positions": float(acc.mean()),
+            "gen_loss_last_position": gen["loss"], "gen_acc_last_position": gen["acc"],
+            "future_change_max_abs": future_change(model, check, s.seq_len // 2, seed)}
+
+
 def measure(s: Setup, seeds: Seeds) -> tuple[Fields, Fields]:
     corpus = load_corpus(s.corpus_bytes)
-    val_windows = eval_windows(corpus.val, s.seq_len, s.eval_windows)
-    prefixes = eval_windows(corpus.val, s.seq_len, s.prefixes, seed=PREFIX_SEED)
-    check = val_windows[: s.check_batch, :-1]
-
-    def honest(model: torch.nn.Module, seed: int) -> Fields:
-        loss, acc = position_losses(model, val_windows, s.eval_batch)      # the future visible if no mask
-        gen = last_position_loss(model, prefixes, s.eval_batch)
-        return {"val_loss_all_positions": float(loss.mean()), "val_acc_all_positions": float(acc.mean()),
-                "gen_loss_last_position": gen["loss"], "gen_acc_last_position": gen["acc"],
-                "future_change_max_abs": future_change(model, check, s.seq_len // 2, seed)}
-
+    honest = partial(honest_eval, s)
     builds = {n: partial(build, s, c) for n, c in MODELS.items()}
     builds["causal"] = SharedBuild(builds["causal"], shared_key(**s.arch()))    # kv_heads' MHA: trained once
     trained, scale = train_variants(s, seeds, corpus, builds, honest)
@@ -81,5 +85,5 @@ def measure(s: Setup, seeds: Seeds) -> tuple[Fields, Fields]:
     return {"data": corpus.info(), "models": models, "no_mask_minus_causal": gap}, scale
 
 
-EXPERIMENT = Experiment("C18", QUICK, FULL, measure)
+EXPERIMENT = Experiment("C18", QUICK, FULL, measure, parallel=True)
 run = EXPERIMENT.run

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from architectures.transformer_cost import decoder_params, kv_cache_bytes
-from claims.experiments.lm_train import LMSetup, SharedBuild, build_lm, evaluate, shared_key, train_variants
+from claims.experiments.lm_train import LMSetup, SharedBuild, build_lm, shared_key, train_variants, val_metrics
 from claims.experiments.runner import Experiment, Fields, Seeds, relative
 from claims.experiments.text_data import VOCAB, load_corpus
 from harness.contract.registry import resolve
@@ -110,17 +110,12 @@ def measure(s: Setup, seeds: Seeds) -> tuple[Fields, Fields]:
     shapes = {variant_name(kv, s.n_heads): (kv, matched_d_ff(s, kv)) for kv in s.kv_heads}   # MHA: base d_ff
     builds = {name: SharedBuild(partial(build_lm, **arch(s, kv, d_ff)), shared_key(**arch(s, kv, d_ff)))
               for name, (kv, d_ff) in shapes.items()}                 # MHA is causal's decoder: trained once
-
-    def val(model: torch.nn.Module, seed: int) -> Fields:
-        ev = evaluate(model, corpus.val, s.seq_len, s.eval_windows, s.eval_batch)
-        return {"val_loss": ev["loss"], "val_acc": ev["acc"]}
-
-    trained, scale = train_variants(s, seeds, corpus, builds, val)
+    trained, scale = train_variants(s, seeds, corpus, builds, partial(val_metrics, s))
     variants = {name: {**cache(s, *shapes[name]), **v} for name, v in trained.items()}
     mha = variants[variant_name(s.n_heads, s.n_heads)]
     variants = {name: {**v, **vs_mha(v, mha)} for name, v in variants.items()}
     return {"data": corpus.info(), "variants": variants}, scale
 
 
-EXPERIMENT = Experiment("C10/C11", QUICK, FULL, measure)
+EXPERIMENT = Experiment("C10/C11", QUICK, FULL, measure, parallel=True)
 run = EXPERIMENT.run

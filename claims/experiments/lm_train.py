@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from claims.experiments.runner import Fields, Seeds, sweep
-from claims.experiments.text_data import VOCAB, Corpus, sample_batch, sample_windows
+from claims.experiments.text_data import VOCAB, Corpus, load_corpus, sample_batch, sample_windows
 from claims.experiments.train import adamw, fit, lr_at
 from harness.instruments.flops import count_params
 from harness.contract.registry import resolve
@@ -113,30 +113,61 @@ def train_lm(model: nn.Module, data: Tensor, s: LMSetup, seed: int, log_every: i
             "tokens": s.steps * s.batch * s.seq_len, "seconds": seconds}
 
 
+@dataclass(frozen=True)
+class LMTrial:
+    """One (variant, seed) of :func:`train_variants`: ``build(seed)`` trained on the training split of
+    ``load_corpus(s.corpus_bytes)`` (loaded where it runs: the corpus is not shipped to a worker), then
+    ``evaluate(model, seed)``; a :class:`SharedBuild` whose training is in ``cached`` takes its weights instead. Module-level and
+    picklable (a worker process runs it), so ``evaluate`` must be too (a ``functools.partial`` of a module-level
+    function). A shared build's result carries ``_trained`` = (key, weights, training) for :data:`TRAINED`."""
+
+    s: LMSetup
+    evaluate: Callable[[nn.Module, int], Fields]
+    cached: Mapping[tuple, tuple[dict[str, Tensor], dict[str, Any]]]
+
+    def __call__(self, build: Callable[[int], nn.Module], seed: int) -> Fields:
+        model = build(seed)
+        key = (build.key, _training_key(self.s), seed) if isinstance(build, SharedBuild) else None
+        trained = None
+        if key is not None and key in self.cached:             # the same model trained the same way: its weights
+            state, tr = self.cached[key]
+            model.load_state_dict(state)
+        else:
+            tr = train_lm(model, load_corpus(self.s.corpus_bytes).train, self.s, seed)
+            if key is not None:
+                trained = (key, copy.deepcopy(model.state_dict()), tr)
+        return {"train_loss": tr["final_loss"], "loss_curve": tr["losses"], "train_seconds": tr["seconds"],
+                **self.evaluate(model, seed), "_trained": trained}
+
+
 def train_variants(s: LMSetup, seeds: Seeds, corpus: Corpus, builds: Mapping[str, Callable[[int], nn.Module]],
                    evaluate: Callable[[nn.Module, int], Fields]) -> tuple[dict[str, Fields], Fields]:
     """Every variant (``builds[name](seed)`` makes its model) × seed trained on ``corpus.train``, then
-    ``evaluate(model, seed)``. Returns per variant ``params`` and the per-seed lists ``train_loss``,
-    ``loss_curve``, ``train_seconds`` and ``evaluate``'s keys; and the scale record."""
-    def trial(build: Callable[[int], nn.Module], seed: int) -> Fields:
-        model = build(seed)
-        key = (build.key, _training_key(s), seed) if isinstance(build, SharedBuild) else None
-        if key in TRAINED:                                     # the same model trained the same way: its weights
-            state, tr = TRAINED[key]
-            model.load_state_dict(state)
-        else:
-            tr = train_lm(model, corpus.train, s, seed)
-            if key is not None:
-                TRAINED[key] = (copy.deepcopy(model.state_dict()), tr)
-        return {"train_loss": tr["final_loss"], "loss_curve": tr["losses"], "train_seconds": tr["seconds"],
-                **evaluate(model, seed)}
-
+    ``evaluate(model, seed)`` (:class:`LMTrial`, through :func:`~claims.experiments.runner.sweep`: in worker
+    processes under a pooled plan, so builds and ``evaluate`` must be picklable). Returns per variant ``params``
+    and the per-seed lists ``train_loss``, ``loss_curve``, ``train_seconds`` and ``evaluate``'s keys; and the
+    scale record."""
+    if corpus is not load_corpus(s.corpus_bytes):
+        raise ValueError("train_variants trains on load_corpus(s.corpus_bytes): pass that corpus")
+    keys = {(b.key, _training_key(s), seed) for b in builds.values() if isinstance(b, SharedBuild) for seed in seeds}
+    trial = LMTrial(s, evaluate, {k: TRAINED[k] for k in keys if k in TRAINED})
     trained = sweep(builds, seeds, trial)
+    for fields in trained.values():
+        for done in fields.pop("_trained"):
+            if done is not None:
+                TRAINED[done[0]] = (done[1], done[2])
     variants = {name: {"params": count_params(build(0)), **trained[name]} for name, build in builds.items()}
     scale = {"params": {name: v["params"] for name, v in variants.items()},
              "tokens_trained": s.steps * s.batch * s.seq_len, "steps": s.steps, "seq_len": s.seq_len,
              "models_trained": len(seeds) * len(builds)}
     return variants, scale
+
+
+def val_metrics(s: LMSetup, model: nn.Module, seed: int) -> Fields:
+    """``val_loss`` and ``val_acc`` of :func:`evaluate` on ``s.eval_windows`` windows of ``s.seq_len`` of the
+    validation split (module-level: ``partial(val_metrics, s)`` is a picklable ``evaluate``)."""
+    ev = evaluate(model, load_corpus(s.corpus_bytes).val, s.seq_len, s.eval_windows, s.eval_batch)
+    return {"val_loss": ev["loss"], "val_acc": ev["acc"]}
 
 
 def eval_windows(data: Tensor, length: int, n: int, seed: int = EVAL_SEED) -> Tensor:

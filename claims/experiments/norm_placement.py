@@ -16,6 +16,7 @@ Two measurements on the synthetic copy task of :mod:`claims.experiments.copy_tas
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import torch
@@ -139,21 +140,23 @@ def run_seeds(setup: Setup, seeds: Seeds) -> Seeds:
     return tuple(s + 1000 * r for s in seeds for r in range(setup.repeats))
 
 
+def grid_trial(setup: Setup, cell: dict[str, Any], seed: int) -> Fields:
+    """One run of the grid: ``cell``'s placement and learning rate from ``seed``, its outcome and flags
+    (module-level: a worker process runs it)."""
+    task = setup.task
+    model = _build(setup, seed, cell["depth"], norm_placement=cell["placement"])
+    r = train(model, task, steps=setup.steps, batch=setup.batch, lr=cell["lr"], warmup=0, seed=seed,
+              held_out=held_out(task, setup.held_out))
+    return {**outcome(r), "diverged": diverged(r, task), "never_learned": never_learned(r, task),
+            "failed": failed(r, task)}
+
+
 def training_grid(setup: Setup, seeds: Seeds) -> dict[str, Any]:
     """Per placement × learning rate, per run (:func:`run_seeds`, the same runs for both placements: pairs):
     the train outcome and the diverged / never_learned / failed flags. No warm-up."""
-    task, held = setup.task, held_out(setup.task, setup.held_out)
     cells = {cell_name(p, lr): dict(placement=p, depth=setup.depth, lr=lr, warmup=0.0)
              for p in PLACEMENTS for lr in setup.lrs}
-
-    def trial(cell: dict[str, Any], seed: int) -> Fields:
-        model = _build(setup, seed, cell["depth"], norm_placement=cell["placement"])
-        r = train(model, task, steps=setup.steps, batch=setup.batch, lr=cell["lr"], warmup=0, seed=seed,
-                  held_out=held)
-        return {**outcome(r), "diverged": diverged(r, task), "never_learned": never_learned(r, task),
-                "failed": failed(r, task)}
-
-    runs = sweep(cells, run_seeds(setup, seeds), trial)
+    runs = sweep(cells, run_seeds(setup, seeds), partial(grid_trial, setup))
     return {name: {**cell, **runs[name], "failure_rate": sum(runs[name]["failed"]) / len(runs[name]["failed"])}
             for name, cell in cells.items()}
 
@@ -194,5 +197,5 @@ def measure(setup: Setup, seeds: Seeds) -> tuple[Fields, Fields]:
              "wall_seconds_grid": t_grid})
 
 
-EXPERIMENT = Experiment("C17", QUICK, FULL, measure)
+EXPERIMENT = Experiment("C17", QUICK, FULL, measure, parallel=True)
 run = EXPERIMENT.run

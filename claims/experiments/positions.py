@@ -72,18 +72,20 @@ def by_multiple(seeds: Fields, k: int, L: int, base: list[float]) -> Fields:
     return m
 
 
+def lengths(s: Setup, model: nn.Module, seed: int) -> Fields:
+    """:func:`at_length` at every evaluation length's fixed validation windows (module-level: a worker runs it)."""
+    val = load_corpus(s.corpus_bytes).val
+    return {"at": {str(k): at_length(model, eval_windows(val, k * s.seq_len, s.eval_windows), s.seq_len, s.eval_batch)
+                   for k in s.multiples}}
+
+
 def measure(s: Setup, seeds: Seeds) -> tuple[Fields, Fields]:
     if s.multiples[0] != 1:
         raise ValueError("the first evaluation multiple must be 1 (the training length)")
     corpus = load_corpus(s.corpus_bytes)
     L = s.seq_len
-    windows = {str(k): eval_windows(corpus.val, k * L, s.eval_windows) for k in s.multiples}
-
-    def lengths(model: nn.Module, seed: int) -> Fields:
-        return {"at": {k: at_length(model, w, L, s.eval_batch) for k, w in windows.items()}}
-
     trained, scale = train_variants(s, seeds, corpus, {x: partial(build_lm, **arch(s, x)) for x in s.schemes},
-                                    lengths)
+                                    partial(lengths, s))
     schemes = {}
     for name, t in trained.items():
         at = t.pop("at")
@@ -95,5 +97,5 @@ def measure(s: Setup, seeds: Seeds) -> tuple[Fields, Fields]:
             "schemes": schemes}, scale
 
 
-EXPERIMENT = Experiment("C14-C16", QUICK, FULL, measure)
+EXPERIMENT = Experiment("C14-C16", QUICK, FULL, measure, parallel=True)
 run = EXPERIMENT.run

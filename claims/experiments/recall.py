@@ -20,8 +20,8 @@ keep, not a state too small to hold the pairs. FULL (P = 32, d 128): cache 32768
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -144,20 +144,29 @@ QUICK = Setup()
 FULL = Setup(pairs=(4, 8, 16, 32), n_keys=32, n_values=32, d_model=128, steps=3000, eval_n=512)
 
 
-def builders(s: Setup, vocab: int, max_len: int) -> dict[str, Callable[[int], nn.Module]]:
+@dataclass(frozen=True)
+class Build:
+    """``build(seed)``: variant ``variant``'s model at the setup's width and depth over ``vocab`` (picklable, so a
+    worker process can build it)."""
+
+    s: Setup
+    variant: str
+    vocab: int
+    max_len: int
+
+    def __call__(self, seed: int) -> nn.Module:
+        s = self.s
+        if self.variant == ATTENTION:
+            return build_lm(seed, vocab_size=self.vocab, d_model=s.d_model, n_layers=s.n_layers, n_heads=s.n_heads,
+                            d_ff=4 * s.d_model, max_seq_len=max(64, self.max_len), positions=s.positions)
+        spec = resolve(SSMS[self.variant], vocab_size=self.vocab, d_model=s.d_model, n_layers=s.n_layers)
+        torch.manual_seed(seed)
+        return spec.build(spec.config)
+
+
+def builders(s: Setup, vocab: int, max_len: int) -> dict[str, Build]:
     """Per variant, ``seed -> model`` at the setup's width and depth over ``vocab``."""
-    def attention(seed: int) -> nn.Module:
-        return build_lm(seed, vocab_size=vocab, d_model=s.d_model, n_layers=s.n_layers, n_heads=s.n_heads,
-                        d_ff=4 * s.d_model, max_seq_len=max(64, max_len), positions=s.positions)
-
-    def ssm(preset: str) -> Callable[[int], nn.Module]:
-        def build(seed: int) -> nn.Module:
-            spec = resolve(preset, vocab_size=vocab, d_model=s.d_model, n_layers=s.n_layers)
-            torch.manual_seed(seed)
-            return spec.build(spec.config)
-        return build
-
-    return {ATTENTION: attention, **{name: ssm(SSMS[name]) for name in s.ssms}}
+    return {name: Build(s, name, vocab, max_len) for name in (ATTENTION, *s.ssms)}
 
 
 def train_one(model: nn.Module, tasks: list[Task], s: Setup, seed: int) -> Fields:
@@ -176,10 +185,15 @@ def train_one(model: nn.Module, tasks: list[Task], s: Setup, seed: int) -> Field
             "by_pairs": {str(t.n_pairs): evaluate(model, held_out(t, s.eval_n), t) for t in tasks}}
 
 
+def trial(build: Build, seed: int, tasks: list[Task], s: Setup) -> Fields:
+    """One (variant, seed) of the sweep: its model built and trained (module-level: a worker process runs it)."""
+    return train_one(build(seed), tasks, s, seed)
+
+
 def measure(s: Setup, seeds: Seeds) -> tuple[Fields, Fields]:
     tasks = [Task(p, s.n_keys, s.n_values) for p in s.pairs]
     builds = builders(s, tasks[0].vocab, max(t.seq_len for t in tasks))
-    trained = sweep(builds, seeds, lambda build, seed: train_one(build(seed), tasks, s, seed))
+    trained = sweep(builds, seeds, partial(trial, tasks=tasks, s=s))
     variants = {name: {"params": count_params(build(0)), **trained[name]} for name, build in builds.items()}
     att = trained[ATTENTION]["by_pairs"]
     gap = {name: {p: [a - b for a, b in zip(att[p]["acc"], trained[name]["by_pairs"][p]["acc"])] for p in att}
@@ -191,5 +205,5 @@ def measure(s: Setup, seeds: Seeds) -> tuple[Fields, Fields]:
     return {"task": task, "variants": variants, "acc_gap_vs_attention": gap}, scale
 
 
-EXPERIMENT = Experiment("C41", QUICK, FULL, measure)
+EXPERIMENT = Experiment("C41", QUICK, FULL, measure, parallel=True)
 run = EXPERIMENT.run

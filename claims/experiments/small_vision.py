@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import lru_cache, partial
 
 import torch
 import torch.nn.functional as F
@@ -190,8 +191,10 @@ def evaluate(model: nn.Module, x: Tensor, y: Tensor, batch: int = 500) -> float:
 # The experiment
 # ------------------------------------------------------------------------------------------------
 
+@lru_cache(maxsize=2)
 def load(name: str, setup: Setup) -> tuple[Tensor, Tensor, Tensor, Tensor, int, int, ModelWidths, tuple[int, ...]]:
-    """(x_train, y_train, x_test, y_test, classes, img_size, widths, subsets) of one data set."""
+    """(x_train, y_train, x_test, y_test, classes, img_size, widths, subsets) of one data set (kept: every trial
+    of a process reads the same tensors, never writes them)."""
     if name == "digits":
         xtr, ytr, xte, yte = digits_data(setup.digits_img)
         return xtr, ytr, xte, yte, 10, setup.digits_img, setup.digits_models, setup.digits_subsets
@@ -202,19 +205,25 @@ def load(name: str, setup: Setup) -> tuple[Tensor, Tensor, Tensor, Tensor, int, 
     raise ValueError(f"unknown data set {name!r}; expected 'digits' or 'shapes'")
 
 
+def subset_trial(name: str, setup: Setup, n: int, seed: int) -> Fields:
+    """Every model of data set ``name`` trained on its balanced subset of ``n`` images drawn with ``seed``: per
+    model, the test accuracy (Swin only at the smallest ``setup.swin_sizes`` subsets). Module-level: a worker
+    process runs it, loading the data itself."""
+    xtr, ytr, xte, yte, k, img, widths, subsets = load(name, setup)
+    with_swin = name in setup.swin_datasets
+    swin_at = set(sorted(subsets)[:setup.swin_sizes]) if with_swin else set()
+    idx = balanced_subset(ytr, n, seed)
+    return {m: train_eval(spec, xtr[idx], ytr[idx], xte, yte, setup, seed)
+            for m, spec in model_specs(img, widths, k, with_swin).items() if m != "swin" or n in swin_at}
+
+
 def dataset(name: str, setup: Setup, seeds: Seeds) -> tuple[Fields, Fields]:
     """One data set: per model, per subset size, the test accuracy per seed; the gap CNN − ViT; its scale."""
-    xtr, ytr, xte, yte, k, img, widths, subsets = load(name, setup)
+    _, ytr, _, yte, k, img, widths, subsets = load(name, setup)
     with_swin = name in setup.swin_datasets
     specs = model_specs(img, widths, k, with_swin)
     costs = model_costs(img, widths, k, with_swin)
-    swin_at = set(sorted(subsets)[:setup.swin_sizes]) if with_swin else set()
-
-    def trial(n: int, seed: int) -> Fields:
-        idx = balanced_subset(ytr, n, seed)
-        return {m: train_eval(spec, xtr[idx], ytr[idx], xte, yte, setup, seed) for m, spec in specs.items()
-                if m != "swin" or n in swin_at}
-
+    trial = partial(subset_trial, name, setup)
     runs = sweep({str(n): n for n in subsets}, seeds, trial)             # {str(n): {model: [per seed]}}
     extra = tuple(range(EXTRA_SEED0, EXTRA_SEED0 + setup.extra_seeds))
     seeds_at = {str(n): list(seeds) for n in subsets}
@@ -245,5 +254,5 @@ def measure(setup: Setup, seeds: Seeds) -> tuple[Fields, Fields]:
     return {"datasets": datasets}, {"datasets": scales}
 
 
-EXPERIMENT = Experiment("C24", QUICK, FULL, measure)
+EXPERIMENT = Experiment("C24", QUICK, FULL, measure, parallel=True)
 run = EXPERIMENT.run

@@ -14,12 +14,13 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
 from torch import nn
 
-from claims.experiments.lm_train import LMSetup, build_lm, evaluate, train_variants
+from claims.experiments.lm_train import LMSetup, build_lm, train_variants, val_metrics
 from claims.experiments.runner import Experiment, Fields, Seeds, relative
 from claims.experiments.text_data import VOCAB, load_corpus
 from harness.contract.registry import resolve
@@ -105,19 +106,14 @@ def measure(s: Setup, seeds: Seeds) -> tuple[Fields, Fields]:
     corpus = load_corpus(s.corpus_bytes)
     target = attention_params(s)
     shapes = {name: match(s, SSMS[name], target) for name in s.ssms}
-    builds: dict[str, Callable[[int], nn.Module]] = {ATTENTION: lambda seed: build_lm(seed, **s.arch())}
-    builds.update({name: (lambda seed, p=SSMS[name], o=over: build_ssm(p, seed, **o)) for name, over in shapes.items()})
-
-    def val(model: nn.Module, seed: int) -> Fields:
-        ev = evaluate(model, corpus.val, s.seq_len, s.eval_windows, s.eval_batch)
-        return {"val_loss": ev["loss"], "val_acc": ev["acc"]}
-
-    trained, scale = train_variants(s, seeds, corpus, builds, val)
+    builds: dict[str, Callable[[int], nn.Module]] = {ATTENTION: partial(build_lm, **s.arch())}
+    builds.update({name: partial(build_ssm, SSMS[name], **over) for name, over in shapes.items()})
+    trained, scale = train_variants(s, seeds, corpus, builds, partial(val_metrics, s))
     att = trained[ATTENTION]
     shape = {ATTENTION: {"preset": "decoder-tiny", **s.arch()}} | {n: {"preset": SSMS[n], **o} for n, o in shapes.items()}
     variants = {name: {"config": shape[name], **v, **vs_attention(v, att)} for name, v in trained.items()}
     return {"data": corpus.info(), "variants": variants}, scale
 
 
-EXPERIMENT = Experiment("C41", QUICK, FULL, measure)
+EXPERIMENT = Experiment("C41", QUICK, FULL, measure, parallel=True)
 run = EXPERIMENT.run
