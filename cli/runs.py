@@ -25,6 +25,7 @@ from harness.store.db import Store
 from harness.contract.suite import case_from_record, list_suites, load_suite, parse_set
 from reports.compare import compare_runs, env_differences, interleaved_rows, pair_records
 from reports.findings import run_findings
+from reports.labels import case_labels
 from reports.terminal import (cases_table, compare_table, findings_table, headline_lines, interleaved_table,
                               runs_table)
 
@@ -109,10 +110,11 @@ def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | No
         check_flush_l2(cases)
     if require_energy:
         check_energy(cases, device_list)
+    labels = dict(zip((c.key for c in cases), case_labels([c.record("skipped") for c in cases], arch=True)))
     if dry_run:
         for c in cases:
             over = ", ".join(f"{k}={v}" for k, v in c.overrides)
-            out.print(f"{c.key}  {c.label()}  {over}")
+            out.print(f"{c.key}  {labels[c.key]}  {over}", highlight=False)
         out.print(f"[bold]{len(cases)} cases[/] in {suite.name} ({suite.path}); nothing measured or written")
         return
     show_logs()
@@ -136,7 +138,7 @@ def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | No
 
             def on_record(rec: CaseRecord) -> None:
                 median = rec.metric("median_ms")
-                last = f"{rec.line} {rec.arch} → {rec.status}" + (f" {median:.2f} ms" if median else "")
+                last = f"{labels.get(rec.case_key, rec.line)} → {rec.status}" + (f" {median:.2f} ms" if median else "")
                 progress.update(task, advance=1, last=last)
             failed = run.execute(executor_name, opts, on_record=on_record)
     except KeyboardInterrupt:

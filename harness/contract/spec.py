@@ -237,13 +237,3 @@ class Case:
             kw["samples_s"] = tuple(kw["samples_s"])
         return CaseRecord(self.key, self.suite, self.line, self.arch, status, message,
                           workload=workload_dict(self.workload), **kw)
-
-    def label(self) -> str:
-        w = self.workload
-        sizes = ", ".join(f"{k}={v}" for k, v in (("seq_len", w.seq_len), ("img_size", w.img_size),
-                                                  ("prompt_len", w.prompt_len), ("new_tokens", w.new_tokens)) if v)
-        run = f" compile={w.compile}" if w.compile != "none" else ""
-        if w.mode == "train_step":
-            run += f" {w.optimizer}" + (f" amp={w.amp}" if w.amp != "none" else "") + (
-                f" ckpt={w.checkpointing}" if w.checkpointing != "none" else "")
-        return f"{self.line} | {self.arch} | bs={w.batch_size} {sizes} {w.dtype} {w.mode}{run}"
