@@ -25,7 +25,7 @@ from harness.store.db import Store
 from harness.contract.suite import case_from_record, list_suites, load_suite, parse_set
 from reports.compare import compare_runs, env_differences, interleaved_rows, pair_records
 from reports.findings import run_findings
-from reports.labels import case_labels
+from reports.labels import case_labels, case_params
 from reports.terminal import (cases_table, compare_table, findings_table, headline_lines, interleaved_table,
                               runs_table)
 
@@ -110,11 +110,13 @@ def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | No
         check_flush_l2(cases)
     if require_energy:
         check_energy(cases, device_list)
-    labels = dict(zip((c.key for c in cases), case_labels([c.record("skipped") for c in cases], arch=True)))
-    if dry_run:
-        for c in cases:
+    planned = [c.record("skipped") for c in cases]
+    labels = dict(zip((c.key for c in cases), case_labels(planned, arch=True)))
+    if dry_run:                  # the label, then the case's whole identity (case_params) and its overrides
+        for c, params in zip(cases, case_params(planned)):
+            ident = " ".join(f"{k}={v}" for k, v in params.items() if k != "arch")
             over = ", ".join(f"{k}={v}" for k, v in c.overrides)
-            out.print(f"{c.key}  {labels[c.key]}  {over}", highlight=False)
+            out.print(f"{c.key}  {labels[c.key]}  ({ident})  {over}", highlight=False, markup=False)
         out.print(f"[bold]{len(cases)} cases[/] in {suite.name} ({suite.path}); nothing measured or written")
         return
     show_logs()
