@@ -114,10 +114,9 @@ def process_summary(groups: Sequence[Sequence[float]], confidence: float = 0.95,
 
 
 @dataclass(frozen=True)
-class ProcessRatio:
-    """Candidate over baseline across processes: ``ratio`` (geometric means of the per-process medians), its
-    interval at ``confidence``, the standard error of its log, Welch's degrees of freedom and the minimum
-    detectable effect at ``alpha`` (two-sided) with power :data:`POWER`."""
+class TRatio:
+    """A log ratio tested on Student's t: ``ratio``, its interval, the standard error of its log, the degrees of
+    freedom, the minimum detectable effect (power :data:`POWER`) and whether it is significant."""
 
     ratio: float
     ci_low: float
@@ -126,8 +125,27 @@ class ProcessRatio:
     df: float
     mde: float
     significant: bool
+
+
+@dataclass(frozen=True)
+class ProcessRatio(TRatio):
+    """Candidate over baseline across processes: ``ratio`` (geometric means of the per-process medians), its
+    interval at ``confidence``, the standard error of its log, Welch's degrees of freedom and the minimum
+    detectable effect at ``alpha`` (two-sided) with power :data:`POWER`."""
+
     n_base: int
     n_cand: int
+
+
+def _t_test(log_r: float, se: float, df: float, alpha: float, confidence: float
+            ) -> tuple[float, float, float, float, float, float, bool]:
+    """(ratio, interval at ``confidence``, se, df, minimum detectable effect, significant at ``alpha``) of a log
+    ratio with standard error ``se`` on Student's t with ``df`` degrees of freedom."""
+    t_show = float(sps.t.ppf(0.5 + confidence / 2.0, df))
+    t_test = float(sps.t.ppf(1.0 - alpha / 2.0, df))
+    t_power = float(sps.t.ppf(POWER, df))
+    return (math.exp(log_r), math.exp(log_r - t_show * se), math.exp(log_r + t_show * se), se, df,
+            math.expm1((t_test + t_power) * se), abs(log_r) > t_test * se)
 
 
 def process_ratio(base: Sequence[Sequence[float]], cand: Sequence[Sequence[float]], *, alpha: float = 0.002,
@@ -145,11 +163,7 @@ def process_ratio(base: Sequence[Sequence[float]], cand: Sequence[Sequence[float
     lb = np.log([float(np.median(g)) for g in base]).mean()
     lc = np.log([float(np.median(g)) for g in cand]).mean()
     log_r = float(lc - lb)
-    t_show = float(sps.t.ppf(0.5 + confidence / 2.0, df))
-    t_test = float(sps.t.ppf(1.0 - alpha / 2.0, df))
-    t_power = float(sps.t.ppf(POWER, df))
-    return ProcessRatio(math.exp(log_r), math.exp(log_r - t_show * se), math.exp(log_r + t_show * se), se, df,
-                        math.expm1((t_test + t_power) * se), abs(log_r) > t_test * se, pb, pc)
+    return ProcessRatio(*_t_test(log_r, se, df, alpha, confidence), pb, pc)
 
 
 def paired_process_ratio(base: Sequence[Sequence[float]], cand: Sequence[Sequence[float]], *, alpha: float = 0.002,
@@ -177,11 +191,7 @@ def paired_process_ratio(base: Sequence[Sequence[float]], cand: Sequence[Sequenc
     se = _se(reps, p)
     log_r = float(np.mean([math.log(np.median(c) / np.median(b)) for b, c in zip(base, cand)]))
     df = float(p - 1)
-    t_show = float(sps.t.ppf(0.5 + confidence / 2.0, df))
-    t_test = float(sps.t.ppf(1.0 - alpha / 2.0, df))
-    t_power = float(sps.t.ppf(POWER, df))
-    return ProcessRatio(math.exp(log_r), math.exp(log_r - t_show * se), math.exp(log_r + t_show * se), se, df,
-                        math.expm1((t_test + t_power) * se), abs(log_r) > t_test * se, p, p)
+    return ProcessRatio(*_t_test(log_r, se, df, alpha, confidence), p, p)
 
 
 ONE_PROCESS_NOTE = "one process: the interval covers this process only"
@@ -189,22 +199,16 @@ ONE_PROCESS_NOTE = "one process: the interval covers this process only"
 
 
 @dataclass(frozen=True)
-class OccasionRatio:
-    """Candidate (one occasion: a check) over a baseline measured on ``n_occasions`` occasions: ``ratio`` (the
-    geometric mean of the candidate's per-process medians over the baseline's, occasions weighted equally), its
-    interval at ``confidence``, the standard error of its log with ``df = n_occasions - 1`` degrees of freedom,
-    the minimum detectable effect at ``alpha`` with power :data:`POWER`, and the components of the variance."""
+class OccasionRatio(TRatio):
+    """Candidate (one occasion: a check) over a baseline measured on ``n_occasions`` occasions, as
+    :class:`ProcessRatio` says (the geometric means of the per-process medians, occasions weighted equally;
+    ``df = n_occasions - 1``), with the components of the variance: ``occasion_sd`` (SD of the baseline's
+    occasion means, log, between-process noise included) and ``process_sd`` (pooled SD of the log process medians
+    within an occasion)."""
 
-    ratio: float
-    ci_low: float
-    ci_high: float
-    se_log: float
-    df: float
-    mde: float
-    significant: bool
     n_occasions: int
-    occasion_sd: float          # SD of the baseline's occasion means (log), between-process noise included
-    process_sd: float           # pooled SD of the log process medians within an occasion
+    occasion_sd: float
+    process_sd: float
 
 
 def occasion_ratio(base_occasions_ms: Sequence[Sequence[float]], cand_ms: Sequence[float], *, alpha: float = 0.002,
@@ -242,9 +246,4 @@ def occasion_ratio(base_occasions_ms: Sequence[Sequence[float]], cand_ms: Sequen
     se = math.sqrt(var)
     df = float(k - 1)
     log_r = float(lc.mean() - means.mean())
-    t_show = float(sps.t.ppf(0.5 + confidence / 2.0, df))
-    t_test = float(sps.t.ppf(1.0 - alpha / 2.0, df))
-    t_power = float(sps.t.ppf(POWER, df))
-    return OccasionRatio(math.exp(log_r), math.exp(log_r - t_show * se), math.exp(log_r + t_show * se), se, df,
-                         math.expm1((t_test + t_power) * se), abs(log_r) > t_test * se, k, math.sqrt(s_o2),
-                         math.sqrt(s_p2))
+    return OccasionRatio(*_t_test(log_r, se, df, alpha, confidence), k, math.sqrt(s_o2), math.sqrt(s_p2))
