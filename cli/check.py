@@ -114,8 +114,7 @@ def baseline_cmd(suite_ref: str, output: str, quick: bool, sets: tuple[str, ...]
         doc = append_occasions(old, doc, output)
     write_document(output, doc)
     bad = [f"{label} {r.status}" for r, label in zip(records, case_labels(records)) if not r.ok]
-    held = max((len(((c.get("timing") or {}).get("occasion_medians_ms") or [None])) for c in doc["cases"]),
-               default=1)
+    held = max(((c.get("timing") or {}).get("n_occasions", 1) for c in doc["cases"]), default=1)
     out.print(f"{'appended to' if old is not None else 'wrote'} {output}: {len(records)} cases of {suite.name} "
               f"(run {run.id}; {held} occasion{'s' if held != 1 else ''})"
               + (f"; {len(bad)} not ok: " + ", ".join(bad) if bad else ""),

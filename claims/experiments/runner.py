@@ -147,7 +147,7 @@ def sweep(variants: Mapping[str, V], seeds: Seeds, trial: Callable[[V, int], Fie
     Inside :func:`training` with more than one worker, the trials run in that many spawned processes of
     ``threads`` threads each (``trial`` and the variants must be picklable); otherwise here, one by one."""
     active = _ACTIVE.get()
-    plan = active.plan if active is not None else Training(1, torch.get_num_threads())
+    plan = active.plan if active is not None else Training.serial()
     jobs = [(name, variant, seed) for name, variant in variants.items() for seed in seeds]
     if active is None or plan.workers == 1 or len(jobs) == 1:
         threads = torch.get_num_threads()
