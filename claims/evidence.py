@@ -53,6 +53,7 @@ class Context:
     device: str = "cpu"                    # where this context measures (rules for another device are unmeasured)
     force: bool = False                    # decide timing rules even when the machine was busy
     processes: int = 1                     # fresh worker processes per suite case (harness.engine.replicate)
+    max_processes: int = 1                 # up to this many where a timed group's interval is still wide
     _suites: dict[tuple, tuple[RunRecord, list[CaseRecord]]] = field(default_factory=dict)
     _experiments: dict[str, dict[str, Any]] = field(default_factory=dict)
     _experiment_provenance: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -95,8 +96,11 @@ class Context:
                      f"; {left} that no rule reads left out: claims/reads.toml" if left else "")
             with Run.open_suite(self.store, suite, cases, quick=self.quick, calibrate=self.calibrate and reads.peak,
                                 options={"sets": sets, "by": "bench claims", "interleave": True,
-                                         **({"processes": self.processes} if self.processes > 1 else {})}) as opened:
-                opened.execute(self.executor, run_options(self.quick, interleave=True, processes=self.processes),
+                                         **({"processes": self.processes} if self.processes > 1 else {}),
+                                         **({"max_processes": self.max_processes}
+                                            if self.max_processes > self.processes else {})}) as opened:
+                opened.execute(self.executor, run_options(self.quick, interleave=True, processes=self.processes,
+                                                          max_processes=self.max_processes),
                                on_record=self.on_record)
             run = opened.record()
         else:
@@ -133,6 +137,7 @@ class Context:
         for run in self.store.list_runs(suite):
             if (run.status == "done" and run.quick == self.quick and run.options.get("sets") == sets
                     and run.options.get("interleave") and run.options.get("processes", 1) == self.processes
+                    and run.options.get("max_processes", self.processes) == self.max_processes
                     and run.stored == run.n_cases and run.hard_env == hard and (run.peak or not peak)
                     and keys <= self.store.stored_keys(run.id)):
                 return run

@@ -19,9 +19,11 @@ from claims.merge import base_device, merge_runs
 from claims.model import Claim, Verdict
 from claims.record import claims_document, read_verdicts
 from claims.verdicts import run_claims
-from cli.common import check_processes, debug_option, err, out, processes_option, show_logs, store_option
+from cli.common import (check_max_processes, check_processes, debug_option, err, max_processes_option, out,
+                        processes_option, show_logs, store_option)
 from harness.engine.env import fingerprint, usable_cores
 from harness.contract.errors import BenchInputError
+from harness.contract.replication import CLAIMS_MAX_FACTOR
 from harness.store.db import Store
 from reports.claims_view import VERDICTS, check_document, markdown_table, render_claims
 from reports.terminal import VERDICT_STYLE, verdict_table
@@ -51,10 +53,11 @@ DEFAULT_OUTPUT = "results/claims.html"
                    "results/claims.json): each rule decided on its own device, each claim decided again over all "
                    "its rules; the written report holds both.")
 @processes_option(1, "1 by default; N > 1 makes every timing figure's interval one over processes")
+@max_processes_option(f"default {CLAIMS_MAX_FACTOR}×N with --processes N > 1")
 @debug_option
 def claims(quick: bool, only: str | None, output: str, markdown: str | None, store_url: str | None, fresh: bool,
            seeds: str, threads: int | None, force: bool, list_only: bool, device: str, merge_path: str | None,
-           processes: int | None, debug: bool) -> None:
+           processes: int | None, max_processes: int | None, debug: bool) -> None:
     """Test the documents' claims (C01–C42): a verdict for each, with the figures that decided it, the device
     that measured them and their provenance. Exits 1 (after the table and the report) when a probe failed."""
     catalog = load_catalog()
@@ -79,7 +82,8 @@ def claims(quick: bool, only: str | None, output: str, markdown: str | None, sto
     show_logs()
     threads = threads or usable_cores()
     ctx = Context(Store(store_url), quick=quick, fresh=fresh, seeds=seed_list, threads=threads, force=force,
-                  device=device, processes=check_processes(processes, "process"))
+                  device=device, processes=(n := check_processes(processes, "process")),
+                  max_processes=check_max_processes(max_processes, n, CLAIMS_MAX_FACTOR * n if n > 1 else 1))
     t0 = time.perf_counter()
 
     def progress(v: Verdict) -> None:

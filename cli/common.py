@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 
 from harness.contract.errors import BenchInputError
+from harness.contract.replication import PRECISION
 from harness.instruments.load import ROOT_PID_ENV
 from harness.contract.plugins import load_files as load_plugin_files
 
@@ -72,6 +73,28 @@ def check_processes(processes: int | None, executor: str, default: int = 1) -> i
         raise BenchInputError(f"--processes {processes} needs the process executor, not {executor}",
                               where="--processes")
     return processes
+
+
+def max_processes_option(default: str) -> Any:
+    """``--max-processes M``: more fresh processes for a group of cases whose interval over processes is still wide
+    (harness.engine.replicate.imprecise); ``default`` says what happens when it is not given."""
+    return click.option("--max-processes", type=click.IntRange(min=1), default=None, metavar="M",
+                        help="Add fresh worker processes (up to M per case) to the cases whose 95% interval over "
+                             f"processes is wider than ×/÷{PRECISION:g} (a side-by-side group: its ratios); {default}.")
+
+
+def check_max_processes(max_processes: int | None, processes: int, default: int) -> int:
+    """The most processes a case may get: ``default`` when not given; never fewer than ``processes``, and more
+    than one process needs ``--processes`` of two or more (the spread is measured over the first ones)."""
+    if max_processes is None:
+        return max(default, processes)
+    if max_processes < processes:
+        raise BenchInputError(f"--max-processes {max_processes} is below --processes {processes}",
+                              where="--max-processes")
+    if max_processes > processes and processes < 2:
+        raise BenchInputError("--max-processes needs --processes 2 or more: the spread between processes is "
+                              "measured over those", where="--max-processes")
+    return max_processes
 
 
 def load_plugins(plugins: tuple[str, ...]) -> tuple[str, ...]:

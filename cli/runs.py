@@ -9,8 +9,8 @@ from pathlib import Path
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from cli.common import (check_processes, debug_option, err, load_plugins, out, plugin_option, processes_option,
-                        show_logs, store_option)
+from cli.common import (check_max_processes, check_processes, debug_option, err, load_plugins, max_processes_option,
+                        out, plugin_option, processes_option, show_logs, store_option)
 from harness.contract import registry
 from harness.instruments.energy import Absent, find_meter
 from harness.contract.errors import BenchInputError
@@ -84,18 +84,21 @@ def list_cmd(what: str, pattern: str, plugins: tuple[str, ...]) -> None:
 @click.option("--require-energy", is_flag=True,
               help="As --energy, and exit 2 before anything runs when a device of the run has no energy counter.")
 @processes_option(1, "1 by default, so a run stays short: its intervals then cover one process only")
+@max_processes_option("default N: no more")
 @plugin_option
 @debug_option
 def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | None, resume: bool,
             dry_run: bool, sets: tuple[str, ...], timeout: float | None, executor: str | None, address: str | None,
             devices: str | None, interleave: bool, flush_l2: bool, no_calibrate: bool, report_path: str | None,
-            no_report: bool, energy: bool, require_energy: bool, processes: int | None, plugins: tuple[str, ...],
+            no_report: bool, energy: bool, require_energy: bool, processes: int | None, max_processes: int | None,
+            plugins: tuple[str, ...],
             debug: bool) -> None:
     """Run SUITE (a path or a built-in suite name), storing every case as it finishes; then print what the
     run shows (fitted exponents and ratios) and write its HTML report. `bench show RUN` has every case."""
     device_list = parse_devices(devices) if devices else ()
     executor_name = pick_executor(executor, address, device_list)
     processes = check_processes(processes, executor_name)
+    max_processes = check_max_processes(max_processes, processes, processes)
     plugin_files = load_plugins(plugins)
     pinned = parse_set(sets)
     if device:
@@ -129,7 +132,8 @@ def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | No
     run = Run.open_suite(store, suite, cases, resume=resume, quick=quick, calibrate=not no_calibrate,
                          options={"timeout": timeout, **extra})
     opts = run_options(quick, timeout, debug=debug, plugins=plugin_files, interleave=interleave,
-                       energy=energy or require_energy, processes=processes)
+                       energy=energy or require_energy, processes=processes,
+                       max_processes=max_processes)
     if flush_l2:
         opts = dataclasses.replace(opts, timing=dataclasses.replace(opts.timing, flush_l2=True))
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -4,6 +4,9 @@ identity (its case key) while its code "changes" between a baseline and a check:
 - ``BENCH_TEST_PAUSE_MS``: a busy-wait of that many milliseconds in forward (a slowdown no counter sees);
 - ``BENCH_TEST_WIDEN``: the hidden layer this many times wider (MACs, parameters and memory change).
 
+Its ``luck_ms`` (with ``luck_file``) gives each process its own luck: the k-th process to run a forward (counted in
+that file) busy-waits ``k · luck_ms`` more on every call, so its processes' medians differ by design.
+
 The forward busy-waits 2 ms on a wall-clock deadline besides its matmuls, so its time is set by the clock, not
 by the machine's luck: the gate's tests stay deterministic on a noisy machine. Loaded by file path (--plugin).
 """
@@ -25,6 +28,23 @@ from harness.contract.spec import ArchSpec, Workload
 class DriftyConfig:
     width: int = 64
     base_ms: float = 2.0
+    luck_ms: float = 0.0
+    luck_file: str = ""
+
+
+_luck: list[int] = []       # this process's number among those that ran a lucky forward (claimed once)
+
+
+def _process_luck(path: str) -> int:
+    """The number of processes that claimed one before this one (a line appended to ``path`` per process)."""
+    if not _luck:
+        with open(path, "a+") as f:
+            import fcntl
+            fcntl.flock(f, fcntl.LOCK_EX)
+            f.seek(0)
+            _luck.append(len(f.read().splitlines()))
+            f.write(f"{os.getpid()}\n")
+    return _luck[0]
 
 
 def _spin(ms: float) -> None:
@@ -42,7 +62,8 @@ class Drifty(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, width) -> (B, width)
         if not is_fake(x):
-            _spin(self.cfg.base_ms + float(os.environ.get("BENCH_TEST_PAUSE_MS", "0")))
+            luck = self.cfg.luck_ms * _process_luck(self.cfg.luck_file) if self.cfg.luck_ms else 0.0
+            _spin(self.cfg.base_ms + luck + float(os.environ.get("BENCH_TEST_PAUSE_MS", "0")))
         return self.down(torch.relu(self.up(x)))
 
 

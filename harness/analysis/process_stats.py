@@ -113,6 +113,26 @@ def process_summary(groups: Sequence[Sequence[float]], confidence: float = 0.95,
                           float(meds.std(ddof=1) / meds.mean()), p, tuple(float(m) for m in meds))
 
 
+def group_halfwidth(medians: Sequence[Sequence[float]], confidence: float = 0.95) -> float:
+    """How precisely a group of cases timed side by side is known over its processes: ``medians[c][p]`` is case
+    c's median in process p (the same processes, in the same order, for every case of the group). For one case,
+    the half-width of its t-interval over processes (log scale, ``t(P-1) · sd / √P`` of the log medians); for
+    two or more, the largest such half-width of a pair's per-process log ratio (what a side-by-side figure
+    reads: each process's luck shared by the pair cancels). ``inf`` with fewer than two processes.
+    :func:`harness.engine.replicate.imprecise` stops adding processes to a group once this is small enough."""
+    p = min((len(m) for m in medians), default=0)
+    if p < 2:
+        return math.inf
+    logs = np.log(np.asarray([list(m)[:p] for m in medians], dtype=np.float64))      # (cases, P)
+    if len(logs) == 1:
+        series = logs
+    else:
+        i, j = np.triu_indices(len(logs), k=1)
+        series = logs[i] - logs[j]                                                   # (pairs, P)
+    t = float(sps.t.ppf(0.5 + confidence / 2.0, p - 1))
+    return float(t * series.std(axis=1, ddof=1).max() / math.sqrt(p))
+
+
 @dataclass(frozen=True)
 class TRatio:
     """A log ratio tested on Student's t: ``ratio``, its interval, the standard error of its log, the degrees of

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+import statistics
+from collections.abc import Mapping, Sequence
 
 from harness.contract.records import CaseRecord
+from harness.contract.replication import PRECISION
 from harness.analysis.stats import summarize_rounds
 from harness.instruments.timing import TimingConfig
 
@@ -33,6 +35,28 @@ def per_process_timing(timing: TimingConfig, n: int) -> TimingConfig:
         return timing
     return dataclasses.replace(timing, min_samples=max(timing.rounds, math.ceil(timing.min_samples / n)),
                                min_time_s=timing.min_time_s / n, max_time_s=max(timing.max_time_s / n, 0.5))
+
+
+def imprecise(groups: Sequence[Sequence[str]], parts: Mapping[str, Sequence[CaseRecord]],
+              precision: float = PRECISION) -> list[int]:
+    """The indices of ``groups`` (case keys timed side by side, each with its records so far, one per process)
+    whose 95 % interval over processes is wider than ×/÷ ``precision``
+    (:func:`harness.analysis.process_stats.group_halfwidth`: a pair's ratio for a group, a case's own median
+    alone). A group with a case not ok or untimed in some process is left as it is: the failure is its result.
+    Adding processes until an interval is narrow enough is a fixed-width sequential procedure: the rule reads
+    the spread, never the ratio's value or its significance."""
+    from harness.analysis.process_stats import group_halfwidth
+
+    limit = math.log(precision)
+    out = []
+    for i, keys in enumerate(groups):
+        recs = [parts[k] for k in keys]
+        if not all(r.ok and r.samples_s for rs in recs for r in rs):
+            continue
+        medians = [[statistics.median(r.samples_s) for r in rs] for rs in recs]
+        if group_halfwidth(medians) > limit:
+            out.append(i)
+    return out
 
 
 def timing_metrics(samples_s: Sequence[float], rounds: Sequence[int], n_processes: int) -> dict[str, float]:

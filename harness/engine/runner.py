@@ -27,6 +27,7 @@ from harness.engine import training
 from harness.engine.compiled import captured_graphs, compile_model, compiled_key, mark_batch_dynamic, warm_up_compiled
 from harness.instruments.energy import EnergyConfig
 from harness.engine.env import usable_cores
+from harness.contract.replication import PRECISION
 from harness.contract.errors import BenchInputError
 from harness.instruments.fake import fake_case
 from harness.instruments.load import Load, LoadMonitor
@@ -56,6 +57,8 @@ class RunOptions:
     energy: bool = False            # the energy pass (harness.instruments.energy) after timing, where a counter is readable
     energy_config: EnergyConfig = EnergyConfig()
     processes: int = 1              # fresh worker processes per case, records merged (harness.engine.replicate)
+    max_processes: int = 0          # > processes: more for a group whose interval is wider than ×/÷ precision
+    precision: float = PRECISION    # harness.engine.replicate.imprecise
 
 
 def resolved_threads(w: Workload) -> int:

@@ -22,7 +22,7 @@ from multiprocessing.connection import Connection
 from harness.contract import registry
 from harness.executors.base import interleave_groups, poisons_worker
 from harness.executors.deaths import death_record, read_oom_kills
-from harness.engine.replicate import merge_processes, per_process_timing
+from harness.engine.replicate import imprecise, merge_processes, per_process_timing
 from harness.engine.runner import RunOptions, run_case, run_group
 from harness.contract.records import CaseRecord
 from harness.contract.spec import Case
@@ -147,30 +147,42 @@ class ProcessExecutor:
 
     def _replicated(self, cases: Sequence[Case], opts: RunOptions) -> Iterator[CaseRecord]:
         """``opts.processes`` passes over ``cases``, each in a fresh worker with 1/N of the timing budget
-        (:func:`harness.engine.replicate.per_process_timing`); per case the records are merged
-        (:func:`harness.engine.replicate.merge_processes`) and yielded once the last pass is done."""
+        (:func:`harness.engine.replicate.per_process_timing`); then, up to ``opts.max_processes``, more passes over
+        the groups whose interval over processes is still wider than ×/÷ ``opts.precision``
+        (:func:`harness.engine.replicate.imprecise`: side-by-side groups stay whole, so their processes stay
+        paired). Per case the records are merged (:func:`harness.engine.replicate.merge_processes`) and yielded
+        once its group's last pass is done."""
         n = opts.processes
-        one = dataclasses.replace(opts, processes=1, timing=per_process_timing(opts.timing, n))
+        one = dataclasses.replace(opts, processes=1, max_processes=0, timing=per_process_timing(opts.timing, n))
+        groups = interleave_groups(cases) if opts.interleave else [[c] for c in cases]
         parts: dict[str, list[CaseRecord]] = {c.key: [] for c in cases}
-        for i in range(n):
+        todo = list(range(len(groups)))
+        for i in range(max(n, opts.max_processes)):
+            if i >= n:
+                todo = [todo[j] for j in imprecise([[c.key for c in groups[g]] for g in todo], parts, opts.precision)]
+                if not todo:
+                    break
             self._stop()                          # a fresh process for every pass
-            for rec in self._run(cases, one):
+            for rec in self._run_groups([groups[g] for g in todo], one):
                 parts[rec.case_key].append(rec)
-            log.info("process %d of %d done (%d cases)", i + 1, n, len(cases))
+            log.info("process %d of %s done (%d cases%s)", i + 1, n if i < n else f"up to {opts.max_processes}",
+                     sum(len(groups[g]) for g in todo),
+                     "" if i < n else f" whose interval was wider than ×/÷{opts.precision:g}")
         self._stop()
         for c in cases:
             yield merge_processes(parts[c.key])
 
     def _run(self, cases: Sequence[Case], opts: RunOptions) -> Iterator[CaseRecord]:
-        if not opts.interleave:
-            yield from self._each(cases, opts)
-            return
-        for group in interleave_groups(cases):
-            if len(group) == 1:
+        yield from self._run_groups(interleave_groups(cases) if opts.interleave else [list(cases)], opts)
+
+    def _run_groups(self, groups: Sequence[Sequence[Case]], opts: RunOptions) -> Iterator[CaseRecord]:
+        """Each group side by side in one worker (``opts.interleave``; a group of one alone), else case by case."""
+        for group in groups:
+            if not opts.interleave or len(group) == 1:
                 yield from self._each(group, opts)
                 continue
             self._ensure()
-            records = self._group(group, opts)
+            records = self._group(list(group), opts)
             if records is None:       # the worker died or hung: each case alone, so the one at fault is found
                 self._stop()
                 yield from self._each(group, opts)
