@@ -92,7 +92,8 @@ def claims(quick: bool, only: str | None, output: str, markdown: str | None, sto
 
     measured = run_claims(chosen, ctx, progress)
     context = {"quick": quick, "seeds": list(seed_list), "threads": threads, "used": ctx.used, "force": force,
-               "device": device, "wall_s": time.perf_counter() - t0,
+               "device": device, "processes": ctx.processes, "max_processes": ctx.max_processes,
+               "wall_s": time.perf_counter() - t0,
                "pieces": {k: {**v, "seconds": round(v["seconds"], 2)} for k, v in ctx.pieces.items()}}
     verdicts = measured
     if merged is not None:
