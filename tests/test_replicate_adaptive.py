@@ -40,9 +40,12 @@ def _rec(key: str, medians: list[float], status: str = "ok") -> list[CaseRecord]
 
 def test_imprecise_lists_wide_groups_and_leaves_a_failed_case_alone():
     parts = {"steady": _rec("steady", [1.0, 1.01, 0.99]), "noisy": _rec("noisy", [1.0, 2.0, 0.5]),
-             "mate": _rec("mate", [1.0, 2.0, 0.5]), "dead": _rec("dead", [1.0, 3.0], "crashed") + _rec("dead", [9.0])}
-    groups = [["steady"], ["noisy"], ["noisy", "mate"], ["steady", "noisy"], ["dead"]]
-    assert imprecise(groups, parts) == [1, 3]          # noisy alone, and a pair whose ratio moves; not the twins
+             "mate": _rec("mate", [1.0, 2.0, 0.5]), "dead": _rec("dead", [1.0, 3.0], "crashed") + _rec("dead", [9.0]),
+             "counted": [CaseRecord("counted", "s", "counted", "a", "ok", "") for _ in range(3)]}
+    groups = [["steady"], ["noisy"], ["noisy", "mate"], ["steady", "noisy"], ["dead"], ["noisy", "dead"],
+              ["noisy", "counted"], ["counted"]]
+    # noisy alone, a pair whose ratio moves, and noisy beside a case that is not timed; not the twins, not a failure
+    assert imprecise(groups, parts) == [1, 3, 6]
     assert imprecise(groups, parts, precision=10.0) == []
 
 

@@ -42,7 +42,8 @@ def imprecise(groups: Sequence[Sequence[str]], parts: Mapping[str, Sequence[Case
     """The indices of ``groups`` (case keys timed side by side, each with its records so far, one per process)
     whose 95 % interval over processes is wider than ×/÷ ``precision``
     (:func:`harness.analysis.process_stats.group_halfwidth`: a pair's ratio for a group, a case's own median
-    alone). A group with a case not ok or untimed in some process is left as it is: the failure is its result.
+    alone; a case without samples has no say). A group with a case not ok in some process is left as it is: the
+    failure is its result.
     Adding processes until an interval is narrow enough is a fixed-width sequential procedure: the rule reads
     the spread, never the ratio's value or its significance."""
     from harness.analysis.process_stats import group_halfwidth
@@ -51,10 +52,11 @@ def imprecise(groups: Sequence[Sequence[str]], parts: Mapping[str, Sequence[Case
     out = []
     for i, keys in enumerate(groups):
         recs = [parts[k] for k in keys]
-        if not all(r.ok and r.samples_s for rs in recs for r in rs):
+        if not all(r.ok for rs in recs for r in rs):
             continue
-        medians = [[statistics.median(r.samples_s) for r in rs] for rs in recs]
-        if group_halfwidth(medians) > limit:
+        timed = [rs for rs in recs if all(r.samples_s for r in rs)]         # a case that is not timed has no say
+        medians = [[statistics.median(r.samples_s) for r in rs] for rs in timed]
+        if timed and group_halfwidth(medians) > limit:
             out.append(i)
     return out
 
