@@ -20,6 +20,10 @@ run: $(STAMP)
 # The tests run on both cores (pytest-xdist, one module per worker, the longest modules first: tests/conftest.py's
 # SLOW_MODULES_FIRST, kept by --no-loadscope-reorder), then the `serial` ones alone: those judge timings or the
 # machine's load, which a test running beside them would disturb.
+# Bytecode is written even where the shell sets PYTHONDONTWRITEBYTECODE (empty = unset for Python): without it every
+# pytest process compiles and assertion-rewrites the ~130 test and harness modules again (~6 CPU-s each; the
+# rewritten .pyc files go to the ignored __pycache__ folders).
+test: export PYTHONDONTWRITEBYTECODE =
 test: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not serial"

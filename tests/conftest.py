@@ -94,6 +94,33 @@ def write_suite(tmp_path: Path):
     return write
 
 
+@pytest.fixture(scope="session")
+def _tiny_measured(tmp_path_factory) -> tuple[Path, Path]:
+    """One real, calibrated quick run of the tiny suite (one thread: steadier on a shared machine), measured once per
+    pytest process: (suite path, SQLite file). Read it through :func:`tiny_store`, never in place."""
+    from tests.helpers import run_tiny      # imported on use: a test of one package need not load them all
+    tmp = tmp_path_factory.mktemp("tiny-shared")
+    suite, _, res = run_tiny(tmp, "--set", "threads=1")
+    assert res.exit_code == 0, res.stderr
+    return suite, tmp / "results.sqlite"
+
+
+@pytest.fixture(scope="module")
+def tiny_store(_tiny_measured, tmp_path_factory) -> tuple[Path, str]:
+    """(suite path, store URL) of a copy, for this module, of the tiny run measured once per process
+    (:func:`_tiny_measured`): the modules that only need some measured run share one instead of measuring their own
+    (each `bench run` of the tiny suite, calibrated at its start and end, costs ~8 CPU-s), and a module that adds
+    runs or records writes to its own copy."""
+    import sqlite3
+    suite, db = _tiny_measured
+    copy = tmp_path_factory.mktemp("tiny-copy") / "results.sqlite"
+    with sqlite3.connect(db) as src, sqlite3.connect(copy) as dst:
+        src.backup(dst)                     # SQLite's own copy: the write-ahead log's pages included
+    src.close()
+    dst.close()
+    return suite, f"sqlite:///{copy}"
+
+
 @pytest.fixture
 def store_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'results.sqlite'}"

@@ -119,11 +119,13 @@ def test_check_against_a_git_ref_times_both_versions_in_this_job(gate):
     assert "paired" in res.stdout and "no regression" in res.stdout and "error" not in res.stderr
 
 
-def test_export_for_pytest_benchmark(gate):
+def test_export_for_pytest_benchmark(gate, cli):
+    """In this process (CliRunner): an export reads the store and writes a file; a `bench` process would only add
+    its start-up."""
     out = Path(gate["dir"]) / "pb.json"
     run = json.loads(Path(gate["baseline"]).read_text())["run_id"]
-    res = _bench("export", run, "--format", "pytest-benchmark", "-o", str(out), "--store", gate["store"])
-    assert res.returncode == 0, res.stderr
+    res = cli("export", run, "--format", "pytest-benchmark", "-o", str(out), "--store", gate["store"])
+    assert res.exit_code == 0, res.stderr
     doc = json.loads(out.read_text())
     assert {b["group"] for b in doc["benchmarks"]} == {"gate"}
     assert all(b["stats"]["ops"] > 0 and b["stats"]["rounds"] > 0 for b in doc["benchmarks"])

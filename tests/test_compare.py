@@ -11,14 +11,14 @@ import pytest
 from harness.contract.records import CaseRecord, RunRecord
 from harness.store.db import Store
 from reports.compare import compare_runs, env_differences, interleaved_rows
-from tests.helpers import invoke, run_tiny
+from tests.helpers import invoke
 
 
 @pytest.fixture(scope="module")
-def stored(tmp_path_factory):
-    """One real quick run of the tiny suite (one thread: steadier on a shared machine), no calibration."""
-    _, url, res = run_tiny(tmp_path_factory.mktemp("compare"), "--set", "threads=1", "--no-calibrate")
-    assert res.exit_code == 0, res.stderr
+def stored(tiny_store):
+    """One real quick run of the tiny suite (conftest's ``tiny_store``: one thread, measured once per process; this
+    module writes its synthetic runs into its own copy)."""
+    _, url = tiny_store
     store = Store(url, create=False)
     run = store.get_run("latest")
     return url, store, run, store.records(run.id)

@@ -7,15 +7,15 @@ import pandas as pd
 import pytest
 
 from harness.store.db import Store
-from tests.helpers import invoke, run_tiny
+from tests.helpers import invoke
 
 
 
 
 @pytest.fixture(scope="module")
-def stored(tmp_path_factory):
-    _, url, res = run_tiny(tmp_path_factory.mktemp("export"), "--set", "threads=1")
-    assert res.exit_code == 0, res.stderr
+def stored(tiny_store):
+    """The tiny run measured once per process (conftest's ``tiny_store``: calibrated, one thread), this module's copy."""
+    _, url = tiny_store
     store = Store(url, create=False)
     run = store.get_run("latest")
     return url, run, store.records(run.id)

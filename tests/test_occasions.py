@@ -161,7 +161,7 @@ def _bench(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
                           timeout=300, env={**os.environ, **(env or {})})
 
 
-def test_cli_baseline_on_occasions_append_and_check(tmp_path):
+def test_cli_baseline_on_occasions_append_and_check(tmp_path, cli):
     suite = tmp_path / "occ.toml"
     suite.write_text(SUITE)
     base, store = str(tmp_path / "base.json"), f"sqlite:///{tmp_path / 's.sqlite'}"
@@ -182,8 +182,8 @@ def test_cli_baseline_on_occasions_append_and_check(tmp_path):
                  env={"BENCH_TEST_WIDEN": "1.5"})
     assert res.returncode == 2 and "the code changed" in res.stderr, res.stderr
     assert Path(base).read_text() == before                    # a refused append leaves the file as it was
-    res = _bench("baseline", str(suite), "-o", base, "--occasions", "0", *common)
-    assert res.returncode == 2 and "--occasions must be at least 1" in res.stderr
+    res = cli("baseline", str(suite), "-o", base, "--occasions", "0", *common)    # refused before anything: in process
+    assert res.exit_code == 2 and "--occasions must be at least 1" in res.stderr
 
 
 def test_an_inconclusive_verdict_over_occasions_is_not_measured_again():

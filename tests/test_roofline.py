@@ -26,7 +26,6 @@ from reports.plots import figure_svg
 from reports.roofline import ABOVE_ROOF_MEANING, roofline_data, roofline_figure
 from reports.frames import executed_flops, rates, roofline_point
 from reports.terminal import cases_table
-from tests.helpers import run_tiny
 
 CPU = torch.device("cpu")
 
@@ -118,10 +117,9 @@ def test_fake_pass_stores_bytes_moved(mode):
 # ------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("roofline")
-    _, url, result = run_tiny(tmp)
-    assert result.exit_code == 0, result.output
+def tiny_run(tiny_store):
+    """The tiny run measured once per process (conftest's ``tiny_store``: calibrated, one thread)."""
+    _, url = tiny_store
     store = Store(url, create=False)
     run = store.get_run("latest")
     return run, store.records(run.id)
