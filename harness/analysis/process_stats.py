@@ -33,6 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as sps
 
+from harness.analysis.stats import t_halfwidth
+
 N_BOOT = 2000
 """Bootstrap replicates (seeded: the same data give the same interval)."""
 POWER = 0.8
@@ -129,8 +131,7 @@ def group_halfwidth(medians: Sequence[Sequence[float]], confidence: float = 0.95
     else:
         i, j = np.triu_indices(len(logs), k=1)
         series = logs[i] - logs[j]                                                   # (pairs, P)
-    t = float(sps.t.ppf(0.5 + confidence / 2.0, p - 1))
-    return float(t * series.std(axis=1, ddof=1).max() / math.sqrt(p))
+    return float(t_halfwidth(series, confidence).max())
 
 
 @dataclass(frozen=True)

@@ -281,13 +281,19 @@ def round_medians(samples_s: Sequence[float], rounds: Sequence[int]) -> list[flo
     return out
 
 
+def t_halfwidth(values: np.ndarray, confidence: float = 0.95) -> np.ndarray:
+    """Half-width of the Student-t interval of the mean along the last axis (``t(n-1) · sd / √n``), n ≥ 2."""
+    n = values.shape[-1]
+    return _t_ppf(0.5 + confidence / 2.0, n - 1) * values.std(axis=-1, ddof=1) / math.sqrt(n)
+
+
 def _t_interval_log(values: Sequence[float], confidence: float) -> tuple[float, float, float]:
     """Geometric mean of positive ``values`` with a Student-t interval on their logs: (centre, lo, hi)."""
     logs = np.log(np.asarray(values, dtype=np.float64))
     m = float(logs.mean())
     if logs.size < 2:
         return math.exp(m), math.nan, math.nan
-    half = _t_ppf(0.5 + confidence / 2.0, logs.size - 1) * float(logs.std(ddof=1)) / math.sqrt(logs.size)
+    half = float(t_halfwidth(logs, confidence))
     return math.exp(m), math.exp(m - half), math.exp(m + half)
 
 
