@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 import textwrap
 from pathlib import Path
 
@@ -108,14 +109,15 @@ def write_suite(tmp_path: Path):
 
 
 @pytest.fixture(scope="session")
-def _tiny_measured(tmp_path_factory) -> tuple[Path, Path]:
+def _tiny_measured(tmp_path_factory) -> tuple[Path, Path, Any]:
     """One real, calibrated quick run of the tiny suite (one thread: steadier on a shared machine), measured once per
-    pytest process: (suite path, SQLite file). Read it through :func:`tiny_store`, never in place."""
+    pytest process: (suite path, SQLite file, the ``bench run`` CliRunner result: its output, and its report at
+    ``report.html`` beside the suite). Read the store through :func:`tiny_store`, never in place."""
     from tests.helpers import run_tiny      # imported on use: a test of one package need not load them all
     tmp = tmp_path_factory.mktemp("tiny-shared")
     suite, _, res = run_tiny(tmp, "--set", "threads=1")
     assert res.exit_code == 0, res.stderr
-    return suite, tmp / "results.sqlite"
+    return suite, tmp / "results.sqlite", res
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +127,7 @@ def tiny_store(_tiny_measured, tmp_path_factory) -> tuple[Path, str]:
     (each `bench run` of the tiny suite, calibrated at its start and end, costs ~8 CPU-s), and a module that adds
     runs or records writes to its own copy."""
     import sqlite3
-    suite, db = _tiny_measured
+    suite, db, _ = _tiny_measured
     copy = tmp_path_factory.mktemp("tiny-copy") / "results.sqlite"
     with sqlite3.connect(db) as src, sqlite3.connect(copy) as dst:
         src.backup(dst)                     # SQLite's own copy: the write-ahead log's pages included
