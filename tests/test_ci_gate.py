@@ -12,10 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 from click.testing import Result
 
-from tests.helpers import invoke
+from tests.helpers import invoke_fresh
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN = str(Path(__file__).with_name("plugin_drift.py"))
@@ -43,39 +42,20 @@ def gate(tmp_path_factory) -> dict[str, str]:
     suite.write_text(SUITE)
     paths = {"suite": str(suite), "store": f"sqlite:///{d / 's.sqlite'}", "baseline": str(d / "base.json"),
              "dir": str(d)}
-    res = _here("baseline", paths["suite"], "--quick", "-o", paths["baseline"], "--plugin", PLUGIN,
-                "--executor", "inline", "--store", paths["store"], "--occasions", "1")   # occasions: test_occasions
+    res = invoke_fresh("baseline", paths["suite"], "--quick", "-o", paths["baseline"], "--plugin", PLUGIN,  # in process
+                       "--executor", "inline", "--store", paths["store"], "--occasions", "1")  # occasions: test_occasions
     assert res.exit_code == 0, res.stderr
     return paths
 
 
-def _here(*args: str, env: dict[str, str] | None = None) -> Result:
-    """`bench ARGS` in this process (CliRunner): a `bench` process per baseline or check only added its start-up
-    (~3 CPU-s each; the measuring is inline either way). What a separate process gave for free is restored around
-    it: the environment variables the drift plug-in reads, torch's thread count (the suite's cases set one thread),
-    and the kept model (harness.engine.models.MODELS: a widened check must build its model again, as a fresh
-    process would)."""
-    from harness.engine.models import MODELS
-    saved, threads = {k: os.environ.get(k) for k in env or {}}, torch.get_num_threads()
-    os.environ.update(env or {})
-    MODELS.clear()
-    try:
-        return invoke(*args)
-    finally:
-        MODELS.clear()
-        torch.set_num_threads(threads)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def _check(gate: dict[str, str], *extra: str, env: dict[str, str] | None = None, baseline: str | None = None
            ) -> Result:
+    """`bench check` against the module's baseline, in this process as if in a fresh one (tests.helpers.invoke_fresh:
+    the inline executor measures in bench's own process either way; a `bench` process per check only added ~3 CPU-s
+    of start-up to the serial phase)."""
     md = str(Path(gate["dir"]) / "check.md")
-    return _here("check", gate["suite"], "--quick", "--baseline", baseline or gate["baseline"], "--plugin", PLUGIN,
-                 "--executor", "inline", "--store", gate["store"], "--markdown", md, *extra, env=env)
+    return invoke_fresh("check", gate["suite"], "--quick", "--baseline", baseline or gate["baseline"], "--plugin",
+                        PLUGIN, "--executor", "inline", "--store", gate["store"], "--markdown", md, *extra, env=env)
 
 
 def test_the_baseline_holds_deterministic_metrics_timings_and_the_environment(gate):
