@@ -30,7 +30,7 @@ parallel tests (marker ``serial``), so another test running beside them cannot p
 SLOW_MODULES_FIRST = ("test_claims_round3_c02", "test_executor", "test_faults_pg", "test_executor_ray", "test_overhead",
                       "test_concurrent_runs", "test_report", "test_report_browser", "test_faults", "test_resume",
                       "test_vision", "test_pytest_plugin", "test_ab_versions", "test_roofline", "test_claims_cost",
-                      "test_vision_zoo", "test_timm_models", "test_cli", "test_transformer", "test_replicate_adaptive")
+                      "test_vision_zoo", "test_timm_models", "test_cli", "test_transformer")
 """The modules that take longest (`pytest --durations`, summed per module, 2 cores; re-ranked in round 5 with what
 its changes saved per module), longest first: `make test`'s
 parallel phase hands out whole modules (``--dist loadfile``) in the order of the collection
