@@ -43,6 +43,30 @@ def invoke(*args: str) -> Result:
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
+def invoke_fresh(*args: str, env: dict[str, str] | None = None) -> Result:
+    """:func:`invoke` as if in a fresh `bench` process, for commands that measure (a `bench` process only adds its
+    start-up, ~3 CPU-s). What a separate process gave for free is restored around it: the environment variables
+    ``env`` sets (test plug-ins read them), torch's thread count (a case sets its own), and the model kept between
+    cases (harness.engine.models.MODELS: a plug-in whose build reads the environment must be built again). A
+    plug-in file it loads stays registered in this process (by its test-only name)."""
+    import os
+
+    from harness.engine.models import MODELS
+    saved, threads = {k: os.environ.get(k) for k in env or {}}, torch.get_num_threads()
+    os.environ.update(env or {})
+    MODELS.clear()
+    try:
+        return invoke(*args)
+    finally:
+        MODELS.clear()
+        torch.set_num_threads(threads)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def run_tiny(tmp: Path, *extra: str, text: str = TINY_SUITE) -> tuple[Path, str, Result]:
     """Write a suite (the tiny one by default) into ``tmp`` and run it --quick inline into a fresh store.
 

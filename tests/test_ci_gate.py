@@ -12,6 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import Result
+
+from tests.helpers import invoke_fresh
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN = str(Path(__file__).with_name("plugin_drift.py"))
@@ -39,17 +42,20 @@ def gate(tmp_path_factory) -> dict[str, str]:
     suite.write_text(SUITE)
     paths = {"suite": str(suite), "store": f"sqlite:///{d / 's.sqlite'}", "baseline": str(d / "base.json"),
              "dir": str(d)}
-    res = _bench("baseline", paths["suite"], "--quick", "-o", paths["baseline"], "--plugin", PLUGIN,
-                 "--executor", "inline", "--store", paths["store"], "--occasions", "1")   # occasions: test_occasions
-    assert res.returncode == 0, res.stderr
+    res = invoke_fresh("baseline", paths["suite"], "--quick", "-o", paths["baseline"], "--plugin", PLUGIN,  # in process
+                       "--executor", "inline", "--store", paths["store"], "--occasions", "1")  # occasions: test_occasions
+    assert res.exit_code == 0, res.stderr
     return paths
 
 
 def _check(gate: dict[str, str], *extra: str, env: dict[str, str] | None = None, baseline: str | None = None
-           ) -> subprocess.CompletedProcess:
+           ) -> Result:
+    """`bench check` against the module's baseline, in this process as if in a fresh one (tests.helpers.invoke_fresh:
+    the inline executor measures in bench's own process either way; a `bench` process per check only added ~3 CPU-s
+    of start-up to the serial phase)."""
     md = str(Path(gate["dir"]) / "check.md")
-    return _bench("check", gate["suite"], "--quick", "--baseline", baseline or gate["baseline"], "--plugin", PLUGIN,
-                  "--executor", "inline", "--store", gate["store"], "--markdown", md, *extra, env=env)
+    return invoke_fresh("check", gate["suite"], "--quick", "--baseline", baseline or gate["baseline"], "--plugin",
+                        PLUGIN, "--executor", "inline", "--store", gate["store"], "--markdown", md, *extra, env=env)
 
 
 def test_the_baseline_holds_deterministic_metrics_timings_and_the_environment(gate):
@@ -63,20 +69,20 @@ def test_the_baseline_holds_deterministic_metrics_timings_and_the_environment(ga
 
 def test_an_a_a_rerun_is_not_a_regression(gate):
     res = _check(gate)
-    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.exit_code == 0, res.stdout + res.stderr
     assert "no regression" in res.stdout
 
 
 def test_an_injected_pause_is_a_regression(gate):
     res = _check(gate, env={"BENCH_TEST_PAUSE_MS": "1.0"})           # 2 ms -> 3 ms, nothing counted changes
-    assert res.returncode == 1, res.stdout + res.stderr
+    assert res.exit_code == 1, res.stdout + res.stderr
     md = (Path(gate["dir"]) / "check.md").read_text()
     assert "regressed" in md and "❌" in md and "changed" not in md.split("<details>")[0]
 
 
 def test_ten_percent_more_macs_params_and_memory_are_caught_exactly(gate):
     res = _check(gate, env={"BENCH_TEST_WIDEN": "1.1"})
-    assert res.returncode == 1, res.stdout + res.stderr
+    assert res.exit_code == 1, res.stdout + res.stderr
     md = (Path(gate["dir"]) / "check.md").read_text()
     for metric in ("macs", "params", "peak_bytes"):
         assert metric in md, md
@@ -89,10 +95,10 @@ def test_a_baseline_from_another_machine_warns_and_gates_only_deterministic_metr
     other = Path(gate["dir"]) / "other.json"
     other.write_text(json.dumps(doc))
     res = _check(gate, env={"BENCH_TEST_PAUSE_MS": "1.0"}, baseline=str(other))
-    assert res.returncode == 0, res.stdout + res.stderr                # the slowdown is shown, not gated
+    assert res.exit_code == 0, res.stdout + res.stderr                # the slowdown is shown, not gated
     assert "another environment" in res.stderr and "not gated" in res.stderr
     res = _check(gate, env={"BENCH_TEST_WIDEN": "1.1"}, baseline=str(other))
-    assert res.returncode == 1                                        # MACs still gate
+    assert res.exit_code == 1                                        # MACs still gate
 
 
 def test_bad_input_is_one_line_and_exit_2(gate, tmp_path, cli, monkeypatch):

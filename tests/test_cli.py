@@ -16,7 +16,7 @@ import pytest
 
 from harness.store.db import Store
 from harness.contract.suite import load_suite
-from tests.helpers import TINY_SUITE, invoke, run_tiny
+from tests.helpers import TINY_SUITE, invoke
 from tests.test_suite import BAD
 
 _SCRIPT = Path(sys.executable).with_name("bench")
@@ -33,8 +33,16 @@ def one_line(stderr: str) -> str:
 # -- a real run of the tiny suite, shared by the read-only commands below ---------------------------
 
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    return run_tiny(tmp_path_factory.mktemp("tiny"))
+def tiny_run(tiny_store, _tiny_measured):
+    """(suite path, store URL, `bench run` result) of the tiny run measured once per process (tests/conftest.py: one
+    thread, ``--set threads=1``), this module's copy of its store: a run of its own cost ~8 CPU-s."""
+    suite, url = tiny_store
+    return suite, url, _tiny_measured[2]
+
+
+def tiny_cases(suite: Path) -> list:
+    """The cases of the shared tiny run, as it was run (one thread: part of each case's key)."""
+    return list(load_suite(str(suite), quick=True, sets={"threads": 1}).cases)
 
 
 def test_run_stores_every_case_ok_prints_the_headline_and_writes_the_report(tiny_run):
@@ -44,7 +52,7 @@ def test_run_stores_every_case_ok_prints_the_headline_and_writes_the_report(tiny
     run = store.get_run("latest")
     rows = store.records(run.id)
     assert len(rows) == 6 and {r.status for r in rows} == {"ok"}
-    assert {r.case_key for r in rows} == {c.key for c in load_suite(str(suite), quick=True).cases}
+    assert {r.case_key for r in rows} == {c.key for c in tiny_cases(suite)}
     assert run.status == "done" and run.n_cases == 6 and run.quick
     assert run.suite_text == suite.read_text() and run.spec.sweep == {"seq_len": [16, 32, 64]}
     lines = result.stdout.splitlines()
@@ -58,7 +66,7 @@ def test_run_stores_every_case_ok_prints_the_headline_and_writes_the_report(tiny
 
 
 def test_report_goes_beside_the_store_unless_no_report(write_suite, tmp_path):
-    suite = write_suite(TINY_SUITE.replace("[16, 32, 64]", "[16, 32]"))
+    suite = write_suite(TINY_SUITE.replace("[16, 32, 64]", "[16]"))          # where the report goes: one length
     url = f"sqlite:///{tmp_path / 'store' / 'bench.sqlite'}"
     base = ("run", str(suite), "--quick", "--executor", "inline", "--no-calibrate", "--store", url)
     first = invoke(*base)
@@ -108,7 +116,7 @@ def test_export_json_one_object_per_case(tiny_run):
     assert result.exit_code == 0, result.stderr
     data = _no_nan(result.stdout)
     assert isinstance(data, list) and len(data) == 6
-    expected = {c.key: c for c in load_suite(str(suite), quick=True).cases}
+    expected = {c.key: c for c in tiny_cases(suite)}
     for obj in data:
         assert {"case_key", "suite", "line", "arch", "status", "message", "config", "workload",
                 "metrics"} <= set(obj)

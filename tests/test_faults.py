@@ -16,6 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 from harness.store.db import Store
+from tests.helpers import invoke
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN = str(Path(__file__).with_name("plugin_faulty.py"))
@@ -31,8 +32,11 @@ def _suite(folder: Path, name: str = "faults") -> Path:
 
 
 def _args(suite: Path, url: str, *more: str) -> list[str]:
+    """`bench run SUITE --quick` into ``url``, measured in bench's own process (the inline executor): these faults hit
+    the store, which the run writes from its own process whichever executor measures; a worker process would only
+    add its start (~3 CPU-s). Worker faults are tests/test_executor.py's and tests/test_resume.py's."""
     return [*BENCH, "run", str(suite), "--quick", "--plugin", PLUGIN, "--store", url, "--no-calibrate", "--no-report",
-            *more]
+            "--executor", "inline", *more]
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -86,8 +90,7 @@ def test_a_full_disk_is_one_line_and_the_store_is_not_truncated(tmp_path):
     try:
         db = disk / "full.sqlite"
         url = f"sqlite:///{db}"
-        # the earlier run only fills the store: measured in bench's own process (no worker to start)
-        first = subprocess.run(_args(_suite(tmp_path, "first"), url, "--executor", "inline"), cwd=tmp_path,
+        first = subprocess.run(_args(_suite(tmp_path, "first"), url, "--set", "width=8"), cwd=tmp_path,
                                env=_env(), capture_output=True, text=True, timeout=300)
         assert first.returncode == 0, first.stderr
         _checkpoint(db)
@@ -128,7 +131,7 @@ def test_a_read_only_store_is_one_line_and_left_as_it_was(tmp_path):
         db = disk / "ro.sqlite"
         url = f"sqlite:///{db}"
         suite = _suite(tmp_path)
-        first = subprocess.run(_args(suite, url, "--executor", "inline"), cwd=tmp_path, env=_env(),  # fills the store
+        first = subprocess.run(_args(suite, url, "--set", "width=8"), cwd=tmp_path, env=_env(),  # one case stored
                                capture_output=True, text=True, timeout=300)
         assert first.returncode == 0, first.stderr
         _checkpoint(db)
@@ -152,14 +155,22 @@ def test_a_read_only_store_is_one_line_and_left_as_it_was(tmp_path):
             disk.chmod(0o755)
 
 
-def test_a_corrupt_store_is_one_line_and_never_truncated(tmp_path):
+def test_a_corrupt_store_is_one_line_and_never_truncated(tmp_path, monkeypatch):
+    """`bench run` in a process of its own (it loads the faulty plug-in, kept out of this process); `bench runs` and
+    `bench merge` only open stores: in this process (CliRunner), the same error policy without a start-up each."""
     db = tmp_path / "corrupt.sqlite"
     content = os.urandom(8192)
     db.write_bytes(content)
-    for args in (_args(_suite(tmp_path), f"sqlite:///{db}"), [*BENCH, "runs", "--store", f"sqlite:///{db}"],
-                 [*BENCH, "merge", str(db), "--store", f"sqlite:///{tmp_path / 'other.sqlite'}"]):
-        res = subprocess.run(args, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
-        assert res.returncode == 2, res.stderr
-        line = _one_error_line(res.stderr)
+    res = subprocess.run(_args(_suite(tmp_path), f"sqlite:///{db}"), cwd=tmp_path, env=_env(), capture_output=True,
+                         text=True, timeout=300)
+    results = [(res.returncode, res.stderr)]
+    monkeypatch.chdir(tmp_path)
+    for args in (["runs", "--store", f"sqlite:///{db}"],
+                 ["merge", str(db), "--store", f"sqlite:///{tmp_path / 'other.sqlite'}"]):
+        here = invoke(*args)
+        results.append((here.exit_code, here.stderr))
+    for code, stderr in results:
+        assert code == 2, stderr
+        line = _one_error_line(stderr)
         assert "corrupt.sqlite" in line and "not a database" in line
         assert db.read_bytes() == content

@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,8 +15,8 @@ from harness.analysis.process_stats import occasion_ratio
 from harness.contract.errors import BenchInputError
 from reports.check.baseline import append_occasions, parse_baseline
 from reports.check.timing import ALPHA, occasion_timing_verdict, process_timing_verdict, timing_verdict
+from tests.helpers import invoke_fresh
 
-ROOT = Path(__file__).resolve().parent.parent
 PLUGIN = str(Path(__file__).with_name("plugin_drift.py"))
 TRUE_MS = 1.5
 
@@ -156,31 +153,28 @@ narrow = { width = 80 }
 """
 
 
-def _bench(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cli", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, **(env or {})})
-
-
 def test_cli_baseline_on_occasions_append_and_check(tmp_path, cli):
+    """Each command in this process as if in a fresh one (tests.helpers.invoke_fresh, the inline executor): a `bench`
+    process each only added its start-up (~3 CPU-s)."""
     suite = tmp_path / "occ.toml"
     suite.write_text(SUITE)
     base, store = str(tmp_path / "base.json"), f"sqlite:///{tmp_path / 's.sqlite'}"
     common = ["--quick", "--plugin", PLUGIN, "--executor", "inline", "--store", store]
-    res = _bench("baseline", str(suite), "-o", base, "--occasions", "2", *common)
-    assert res.returncode == 0 and "2 occasions" in res.stdout, res.stderr
-    res = _bench("baseline", str(suite), "-o", base, "--occasions", "1", "--append", *common)
-    assert res.returncode == 0 and "appended to" in res.stdout and "3 occasions" in res.stdout, res.stderr
+    res = invoke_fresh("baseline", str(suite), "-o", base, "--occasions", "2", *common)
+    assert res.exit_code == 0 and "2 occasions" in res.stdout, res.stderr
+    res = invoke_fresh("baseline", str(suite), "-o", base, "--occasions", "1", "--append", *common)
+    assert res.exit_code == 0 and "appended to" in res.stdout and "3 occasions" in res.stdout, res.stderr
     t = json.loads(Path(base).read_text())["cases"][0]["timing"]
     assert t["n_occasions"] == 3 and all(len(o) == 1 for o in t["occasion_medians_ms"])
     md = tmp_path / "c.md"
-    res = _bench("check", str(suite), "--baseline", base, "--markdown", str(md), *common)     # A/A
-    assert res.returncode == 0, res.stdout + res.stderr
+    res = invoke_fresh("check", str(suite), "--baseline", base, "--markdown", str(md), *common)     # A/A
+    assert res.exit_code == 0, res.stdout + res.stderr
     text = md.read_text()
     assert "3 baseline occasions" in text and "over the baseline's occasions (3)" in text
     before = Path(base).read_text()
-    res = _bench("baseline", str(suite), "-o", base, "--append", "--occasions", "1", *common,
+    res = invoke_fresh("baseline", str(suite), "-o", base, "--append", "--occasions", "1", *common,
                  env={"BENCH_TEST_WIDEN": "1.5"})
-    assert res.returncode == 2 and "the code changed" in res.stderr, res.stderr
+    assert res.exit_code == 2 and "the code changed" in res.stderr, res.stderr
     assert Path(base).read_text() == before                    # a refused append leaves the file as it was
     res = cli("baseline", str(suite), "-o", base, "--occasions", "0", *common)    # refused before anything: in process
     assert res.exit_code == 2 and "--occasions must be at least 1" in res.stderr

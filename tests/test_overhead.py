@@ -216,18 +216,33 @@ def _sweep(tmp_path: Path, plan: list[tuple[str, str]], interleave: bool = False
     return out
 
 
-def test_a_python_exception_or_caught_oom_keeps_the_worker(tmp_path):
-    out = _sweep(tmp_path, [("a", "ok"), ("boom", "boom"), ("oom", "torch_oom"), ("b", "ok")])
-    assert [s for s, _ in out.values()] == ["ok", "error", "oom", "ok"]
+CRASH_PLAN = [("a", "ok"), ("boom", "boom"), ("oom", "torch_oom"), ("b", "ok"), ("exit3", "exit3"), ("c", "ok"),
+              ("sigkill", "sigkill"), ("d", "ok")]
+"""One sweep through one executor for the tests below (each worker start costs ~3 CPU-s): exceptions first, then
+each crash between two ok cases."""
+
+
+@pytest.fixture(scope="module")
+def crash_sweep(tmp_path_factory) -> tuple[Path, dict[str, tuple[str, int | None]]]:
+    tmp = tmp_path_factory.mktemp("crashes")
+    return tmp, _sweep(tmp, CRASH_PLAN)
+
+
+def test_a_python_exception_or_caught_oom_keeps_the_worker(crash_sweep):
+    tmp_path, out = crash_sweep
+    first = {line: out[line] for line in ("a", "boom", "oom", "b")}
+    assert [s for s, _ in first.values()] == ["ok", "error", "oom", "ok"]
     assert _pid(tmp_path / "a.pid") == _pid(tmp_path / "boom.pid") == _pid(tmp_path / "b.pid")
-    assert len({pid for _, pid in out.values()}) == 1
+    assert len({pid for _, pid in first.values()}) == 1
 
 
 @pytest.mark.parametrize("crash", ["exit3", "sigkill"])
-def test_a_crash_replaces_the_worker(tmp_path, crash):
-    out = _sweep(tmp_path, [("a", "ok"), ("crash", crash), ("b", "ok")])
-    assert out["crash"][1] is None                      # the dead worker is gone
-    assert out["b"][0] == "ok" and _pid(tmp_path / "a.pid") != _pid(tmp_path / "b.pid")
+def test_a_crash_replaces_the_worker(crash_sweep, crash):
+    tmp_path, out = crash_sweep
+    before, after = {"exit3": ("b", "c"), "sigkill": ("c", "d")}[crash]     # the ok cases either side of it
+    assert out[crash][0] == "crashed"
+    assert out[crash][1] is None                        # the dead worker is gone
+    assert out[after][0] == "ok" and _pid(tmp_path / f"{before}.pid") != _pid(tmp_path / f"{after}.pid")
 
 
 def test_an_interleaved_group_with_an_exception_keeps_the_worker(tmp_path):

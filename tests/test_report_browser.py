@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from harness.store.db import Store
-from tests.helpers import invoke, run_tiny, store_slower_copy
+from tests.helpers import invoke, store_slower_copy
 
 pytestmark = pytest.mark.browser
 
@@ -88,11 +88,11 @@ def driver():
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory) -> tuple[Path, set[str]]:
-    """The report of two runs and the claims, and the case keys of those runs."""
+def built(tmp_path_factory, tiny_store) -> tuple[Path, set[str]]:
+    """The report of two runs and the claims, and the case keys of those runs: the first is this module's copy of
+    the tiny run measured once per process (tests/conftest.py's ``tiny_store``)."""
     tmp = tmp_path_factory.mktemp("browser")
-    _, url, result = run_tiny(tmp)
-    assert result.exit_code == 0, result.output
+    _, url = tiny_store
     store = Store(url, create=False)
     first = store.get_run("latest")
     second = store_slower_copy(store, first)             # the same suite "on another machine": medians × 2
