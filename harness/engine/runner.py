@@ -59,7 +59,6 @@ class RunOptions:
     processes: int = 1              # fresh worker processes per case, records merged (harness.engine.replicate)
     max_processes: int = 0          # > processes: more for a group whose interval is wider than ×/÷ precision
     precision: float = PRECISION    # harness.engine.replicate.imprecise
-    repeat: bool = False            # a later process of a replicated case: timing only (no memory, probe, energy)
 
 
 def resolved_threads(w: Workload) -> int:
@@ -368,9 +367,8 @@ def run_case(case: Case, opts: RunOptions) -> CaseRecord:
             timed = measure(p.step, opts.timing, p.case.workload.device)
             add_timing(p, timed, monitor.stop())
             add_time_parts(p, timed)
-        if not opts.repeat:     # a later process's memory, kernels and energy would be dropped by merge_processes
-            memory_and_kernels(p)
-            energy_pass(p, opts)
+        memory_and_kernels(p)
+        energy_pass(p, opts)
         return ok_record(p, timed.samples_s if timed else (), timed.rounds if timed else ())
     except Exception as exc:  # noqa: BLE001 — a case's failure is a result, the sweep goes on
         MODELS.clear()            # a failed step may leave its model half-way (and an OOM wants the memory)
@@ -418,8 +416,7 @@ def run_group(cases: Sequence[Case], opts: RunOptions) -> list[CaseRecord]:
             else:
                 add_timing(p, res, load)
                 try:
-                    if not opts.repeat:
-                        energy_pass(p, opts)     # after the group's timing: its samples stay undisturbed
+                    energy_pass(p, opts)     # after the group's timing: its samples stay undisturbed
                 except Exception as exc:  # noqa: BLE001 — a case's failure is a result, the group goes on
                     out[p.case.key] = failed_record(p.case, exc, opts, config=p.config, metrics=p.metrics,
                                                     duration_s=time.perf_counter() - p.t0)
@@ -445,8 +442,7 @@ def run_group(cases: Sequence[Case], opts: RunOptions) -> list[CaseRecord]:
         if built and held + p.metrics["est_peak_bytes"] > budget:
             flush()                       # measure those already built, then start a new sub-group with this one
         try:
-            if not opts.repeat:
-                memory_and_kernels(p)
+            memory_and_kernels(p)
         except Exception as exc:  # noqa: BLE001
             MODELS.clear()
             out[case.key] = failed_record(case, exc, opts, config=p.config, metrics=p.metrics,

@@ -154,7 +154,6 @@ class ProcessExecutor:
         once its group's last pass is done."""
         n = opts.processes
         one = dataclasses.replace(opts, processes=1, max_processes=0, timing=per_process_timing(opts.timing, n))
-        later = dataclasses.replace(one, repeat=True)
         groups = interleave_groups(cases) if opts.interleave else [[c] for c in cases]
         parts: dict[str, list[CaseRecord]] = {c.key: [] for c in cases}
         todo = list(range(len(groups)))
@@ -164,8 +163,7 @@ class ProcessExecutor:
                 if not todo:
                     break
             self._stop()                          # a fresh process for every pass
-            # after the first pass only the timing is merged: later passes skip memory, the kernel probe and energy
-            for rec in self._run_groups([groups[g] for g in todo], one if i == 0 else later):
+            for rec in self._run_groups([groups[g] for g in todo], one):
                 parts[rec.case_key].append(rec)
             log.info("process %d of %s done (%d cases%s)", i + 1, n if i < n else f"up to {opts.max_processes}",
                      sum(len(groups[g]) for g in todo),
