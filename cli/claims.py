@@ -40,7 +40,7 @@ DEFAULT_OUTPUT = "results/claims.html"
 @store_option
 @click.option("--fresh", is_flag=True, help="Measure everything again instead of reusing stored results.")
 @click.option("--seeds", default="0,1,2", show_default=True, metavar="0,1,2", help="Seeds of the training experiments.")
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: all usable cores).")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads per case (default: all usable cores; on a shared machine 1 keeps another program's busy core out of the timings).")
 @click.option("--force", is_flag=True,
               help="Decide timing rules even when other processes kept the machine busy while they were measured.")
 @click.option("--list", "list_only", is_flag=True, help="List the claims, what each needs and its estimated minutes (reused stored results count 0); measure "

@@ -220,3 +220,17 @@ def test_c23_same_macs_figures_name_a_missing_model():
     same_macs_rates(ev, {}, None, {})
     assert "vit-s16, resnet50" in ev.unavailable["vits_over_resnet_rate"]
     assert "batch > 1" in ev.unavailable["vits_over_resnet_rate_batch"]
+
+
+def test_a_busy_reason_names_the_threads_that_shared_the_busy_core():
+    from claims.probes import busy_reason
+    from harness.contract.records import CaseRecord
+
+    def rec(threads: float, busy: float) -> CaseRecord:
+        return CaseRecord(f"k{threads}{busy}", "s", "l", "a", "ok", "",
+                          metrics={"threads": threads, "load_busy": busy, "load_others_cores": 1.0 if busy else 0.1})
+    assert busy_reason([rec(2, 0), rec(1, 0), None]) == ""
+    two = busy_reason([rec(2, 1), rec(2, 0)])
+    assert two.startswith("machine busy: other processes used up to 1.00 cores while 1 of the timed cases ran")
+    assert "2 threads per case: --threads 1 keeps the timing off the busy core" in two
+    assert "threads" not in busy_reason([rec(1, 1)])

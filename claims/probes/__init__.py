@@ -111,8 +111,11 @@ def busy_reason(records: Sequence[CaseRecord | None]) -> str:
     loads = [r.metric("load_others_cores") for r in records if r is not None and r.metric("load_busy")]
     if not loads:
         return ""
+    threads = max((r.metric("threads") or 1.0 for r in records if r is not None and r.metric("load_busy")), default=1.0)
+    # several threads per case share a busy core at every barrier: a bias every process shares (README, issue 25)
+    hint = f"; {threads:g} threads per case: --threads 1 keeps the timing off the busy core" if threads > 1 else ""
     return (f"machine busy: other processes used up to {max(loads):.2f} cores while "
-            f"{len(loads)} of the timed cases ran (limit {BUSY_CORES})")
+            f"{len(loads)} of the timed cases ran (limit {BUSY_CORES}){hint}")
 
 
 def interleaved(a: CaseRecord, b: CaseRecord) -> bool:
