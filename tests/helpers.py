@@ -50,21 +50,17 @@ def invoke_fresh(*args: str, env: dict[str, str] | None = None) -> Result:
     cases (harness.engine.models.MODELS: a plug-in whose build reads the environment must be built again). A
     plug-in file it loads stays registered in this process (by its test-only name)."""
     import os
+    from unittest import mock
 
     from harness.engine.models import MODELS
-    saved, threads = {k: os.environ.get(k) for k in env or {}}, torch.get_num_threads()
-    os.environ.update(env or {})
+    threads = torch.get_num_threads()
     MODELS.clear()
     try:
-        return invoke(*args)
+        with mock.patch.dict(os.environ, env or {}):
+            return invoke(*args)
     finally:
         MODELS.clear()
         torch.set_num_threads(threads)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def run_tiny(tmp: Path, *extra: str, text: str = TINY_SUITE) -> tuple[Path, str, Result]:

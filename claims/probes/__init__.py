@@ -108,14 +108,15 @@ def ratio_figure(num: float | None, den: float | None, unit: str = "×", note: s
 def busy_reason(records: Sequence[CaseRecord | None]) -> str:
     """Why these cases' timings were taken on a busy machine (other processes above
     :data:`harness.instruments.load.BUSY_CORES`), or "" when none was."""
-    loads = [r.metric("load_others_cores") for r in records if r is not None and r.metric("load_busy")]
-    if not loads:
+    busy = [r for r in records if r is not None and r.metric("load_busy")]
+    if not busy:
         return ""
-    threads = max((r.metric("threads") or 1.0 for r in records if r is not None and r.metric("load_busy")), default=1.0)
+    loads = [r.metric("load_others_cores") for r in busy]
+    threads = max(r.metric("threads") or 1.0 for r in busy)
     # several threads per case share a busy core at every barrier: a bias every process shares (README, issue 25)
     hint = f"; {threads:g} threads per case: --threads 1 keeps the timing off the busy core" if threads > 1 else ""
     return (f"machine busy: other processes used up to {max(loads):.2f} cores while "
-            f"{len(loads)} of the timed cases ran (limit {BUSY_CORES}){hint}")
+            f"{len(busy)} of the timed cases ran (limit {BUSY_CORES}){hint}")
 
 
 def interleaved(a: CaseRecord, b: CaseRecord) -> bool:
