@@ -40,9 +40,10 @@ def test_cuda_calibration_has_fp16():
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """A calibrated and an uncalibrated quick run of the tiny suite, one thread each (the uncalibrated one at its
-    shortest length only: its tests read which columns it has, not how many rows)."""
+    shortest length only: its tests read which columns it has, not how many rows). Neither writes its HTML report
+    (no test here reads one: ~2 CPU-s of matplotlib)."""
     tmp = tmp_path_factory.mktemp("calib")
-    _, url, with_peak = run_tiny(tmp, "--set", "threads=1")
+    _, url, with_peak = run_tiny(tmp, "--set", "threads=1", "--no-report")
     suite = tmp / "tiny.toml"
     without = invoke("run", str(suite), "--quick", "--executor", "inline", "--store", url, "--set", "threads=1",
                      "--set", "seq_len=16", "--no-calibrate", "--no-report")
