@@ -21,12 +21,12 @@ settings.register_profile("hunt", max_examples=400, deadline=None, print_blob=Tr
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
-SERIAL_MODULES = frozenset({"test_ci_gate", "test_load", "test_timing", "test_interleave", "test_calibrate",
+SERIAL_MODULES = frozenset({"test_load", "test_timing", "test_interleave", "test_calibrate",
                             "test_timer_gpu"})
 """Modules whose tests judge timings, a calibrated peak or the machine's load: `make test` runs them alone, after the
 parallel tests (marker ``serial``), so another test running beside them cannot pass for a busy machine."""
 
-PARTLY_SERIAL_MODULES = frozenset({"test_claims_blocks"})
+PARTLY_SERIAL_MODULES = frozenset({"test_claims_blocks", "test_ci_gate"})
 """Modules where only some tests judge a timing or the process's memory: those carry ``@pytest.mark.serial``
 themselves and run in the serial phase; the rest (counts, synthetic data, structure) run in the parallel phase.
 The serial phase collects these modules too (:func:`pytest_ignore_collect`); a test marked ``serial`` in a module in
