@@ -117,13 +117,19 @@ class Side:
         self.stop()
         return "lost", why
 
-    def stop(self) -> None:
+    def ask_to_stop(self) -> None:
+        """Tell the worker to exit, without waiting for it (:meth:`stop` waits): several workers then shut down side
+        by side."""
         if self.conn is not None:
             try:
                 self.conn.send(("stop", None, None))
             except OSError:
                 pass
             self.conn.close()
+            self.conn = None
+
+    def stop(self) -> None:
+        self.ask_to_stop()
         if self.proc is not None:
             try:
                 self.proc.wait(5)
@@ -153,7 +159,11 @@ def interleave_versions(cases: Sequence[Case], opts: RunOptions, ref_tree: Path,
     rng = random.Random(seed)
     n_rounds = processes * math.ceil(opts.timing.rounds / processes)     # as many rounds in every worker
     out: list[tuple[CaseRecord, CaseRecord]] = []
+    everyone = [w for workers in sides.values() for w in workers]
     try:
+        if cases:
+            for w in everyone:              # all start side by side (each imports torch); each is asked in turn below
+                w.start()
         for case in cases:
             group = f"ab-{case.key}"
             timing = {k: v for k, v in dataclasses.asdict(opts.timing).items() if k != "flush_l2" or v}  # an older worker has no flush_l2
@@ -193,7 +203,8 @@ def interleave_versions(cases: Sequence[Case], opts: RunOptions, ref_tree: Path,
             if on_pair:
                 on_pair(*pair)
     finally:
-        for workers in sides.values():
-            for w in workers:
-                w.stop()
+        for w in everyone:
+            w.ask_to_stop()
+        for w in everyone:
+            w.stop()
     return out
