@@ -6,6 +6,7 @@ through one ProcessExecutor is run per module and the tests read its records.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -49,11 +50,18 @@ class Sweep:
     out: dict[str, Outcome]
     last_worker: int | None
     cli: dict[str, tuple[subprocess.Popen, str]]   # a CLI test's `bench run` (below), started with the sweep
+    interleaved: dict[str, CaseRecord]             # INTERLEAVED's records, run next through the same executor
 
 
 PLAN = [("ok_a", "ok"), ("ok_b", "ok"), ("hang", "hang"), ("ok_c", "ok"), ("sigkill", "sigkill"),
         ("exit3", "exit3"), ("boom", "boom"), ("torch_oom", "torch_oom"), ("memory_error", "memory_error"),
         ("ok_d", "ok")]
+
+
+# a sweep point whose worker dies mid-group, then the next point: run with ``interleave=True`` after PLAN
+INTERLEAVED = [dataclasses.replace(faulty_case(line, b), point=0) for line, b in
+               (("fine", "ok"), ("killer", "sigkill"), ("also fine", "ok"))]
+INTERLEAVED.append(dataclasses.replace(faulty_case("next point", "ok"), point=1))
 
 
 @pytest.fixture(scope="module")
@@ -76,11 +84,13 @@ def sweep(tmp_path_factory) -> Iterator[Sweep]:
             out[rec.line] = Outcome(rec, ex.proc.pid if ex.proc is not None else None, now - t,
                                     _pids(tmp / f"{rec.line}.pid"))
             t = now
+        # the interleaved group next, in ok_d's worker (one worker start less than an executor of its own)
+        interleaved = {r.line: r for r in ex.run(INTERLEAVED, dataclasses.replace(opts, interleave=True))}
         last_worker = ex.proc.pid if ex.proc is not None else None
     finally:
         ex.close()
     assert ex.proc is None and ex.conn is None
-    yield Sweep(cases, out, last_worker, cli)
+    yield Sweep(cases, out, last_worker, cli, interleaved)
     for proc, _ in cli.values():
         if proc.poll() is None:
             proc.kill()
@@ -242,20 +252,11 @@ def test_cli_exit_0_when_cases_only_oom_or_time_out(tmp_path):
     assert {k: r.status for k, r in rows.items()} == {"fine": "ok", "hangs": "timeout", "no_memory": "oom"}
 
 
-def test_an_interleaved_group_whose_worker_dies_is_run_case_by_case():
+def test_an_interleaved_group_whose_worker_dies_is_run_case_by_case(sweep):
     """A sweep point timed side by side in one worker: when a case kills that worker (the kernel's OOM killer)
     or hangs it, the group's cases are measured again one by one, so the one at fault is recorded and the
-    others are measured; the sweep goes on."""
-    import dataclasses
-    cases = [dataclasses.replace(faulty_case(line, b), point=0) for line, b in
-             (("fine", "ok"), ("killer", "sigkill"), ("also fine", "ok"))]
-    cases.append(dataclasses.replace(faulty_case("next point", "ok"), point=1))
-    opts = RunOptions(timing=FAST, timeout_s=HANG_TIMEOUT_S, plugins=(PLUGIN,), interleave=True)
-    ex = ProcessExecutor()
-    try:
-        recs = {r.line: r for r in ex.run(cases, opts)}
-    finally:
-        ex.close()
+    others are measured; the sweep goes on. (INTERLEAVED, run by the ``sweep`` fixture after its own cases.)"""
+    recs = sweep.interleaved
     assert recs["killer"].status == "crashed"
     assert recs["fine"].ok and recs["also fine"].ok and recs["next point"].ok
     assert not recs["fine"].group                                  # measured alone after the group was lost
