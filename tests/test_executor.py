@@ -78,23 +78,25 @@ def sweep(tmp_path_factory) -> Iterator[Sweep]:
     cli: dict[str, tuple[subprocess.Popen, str]] = {}
     try:
         cli["errors"] = _start_cli(tmp_path_factory.mktemp("cli_errors"), CLI_ERRORS, idle=True)
-        t = time.perf_counter()
-        for rec in ex.run(list(cases.values()), opts):
-            now = time.perf_counter()
-            out[rec.line] = Outcome(rec, ex.proc.pid if ex.proc is not None else None, now - t,
-                                    _pids(tmp / f"{rec.line}.pid"))
-            t = now
-        # the interleaved group next, in ok_d's worker (one worker start less than an executor of its own)
-        interleaved = {r.line: r for r in ex.run(INTERLEAVED, dataclasses.replace(opts, interleave=True))}
-        last_worker = ex.proc.pid if ex.proc is not None else None
+        try:
+            t = time.perf_counter()
+            for rec in ex.run(list(cases.values()), opts):
+                now = time.perf_counter()
+                out[rec.line] = Outcome(rec, ex.proc.pid if ex.proc is not None else None, now - t,
+                                        _pids(tmp / f"{rec.line}.pid"))
+                t = now
+            # the interleaved group next, in ok_d's worker (one worker start less than an executor of its own)
+            interleaved = {r.line: r for r in ex.run(INTERLEAVED, dataclasses.replace(opts, interleave=True))}
+            last_worker = ex.proc.pid if ex.proc is not None else None
+        finally:
+            ex.close()
+        assert ex.proc is None and ex.conn is None
+        yield Sweep(cases, out, last_worker, cli, interleaved)
     finally:
-        ex.close()
-    assert ex.proc is None and ex.conn is None
-    yield Sweep(cases, out, last_worker, cli, interleaved)
-    for proc, _ in cli.values():
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        for proc, _ in cli.values():      # a CLI run its test did not wait for (e.g. the sweep failed)
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
 
 
 def _pids(path: Path) -> set[int]:
