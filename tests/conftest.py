@@ -35,12 +35,13 @@ test_executor_devices and test_process_stats left the serial phase in round 6 (i
 cases ran and under which keys, the second judges statistics on simulated timers; neither times anything."""
 
 
-SLOW_MODULES_FIRST = ("test_claims_round3_c02", "test_executor", "test_faults_pg", "test_executor_ray", "test_overhead",
-                      "test_concurrent_runs", "test_report", "test_report_browser", "test_faults", "test_resume",
-                      "test_vision", "test_pytest_plugin", "test_ab_versions", "test_roofline", "test_claims_cost",
-                      "test_vision_zoo", "test_timm_models", "test_cli", "test_transformer")
-"""The modules that take longest (`pytest --durations`, summed per module, 2 cores; re-ranked in round 5 with what
-its changes saved per module), longest first: `make test`'s
+SLOW_MODULES_FIRST = ("test_claims_round3_c02", "test_executor_ray", "test_executor", "test_overhead",
+                      "test_report_browser", "test_concurrent_runs", "test_faults_pg", "test_report", "test_resume",
+                      "test_faults", "test_pytest_plugin", "test_vision", "test_ab_versions", "test_cli",
+                      "test_timm_models", "test_replicate_adaptive", "test_roofline", "test_vision_zoo",
+                      "test_packaging", "test_claims_cost", "test_transformer")
+"""The modules that take longest (`pytest --durations`, summed per module, 2 cores; re-ranked in round 6 from a fresh
+clone's `make test` at 578fc40, test_executor less what round 6 saved), longest first: `make test`'s
 parallel phase hands out whole modules (``--dist loadfile``) in the order of the collection
 (``--no-loadscope-reorder``), so the longest start first and the many short modules fill the end evenly (the
 longest-job-first rule). xdist's own order, by number of tests, left these few-test, long modules for last, and one

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 
 from harness.store.db import Store
@@ -328,22 +329,30 @@ def test_every_command_is_listed_for_lazy_loading_under_its_own_name() -> None:
     """cli.app imports a command's module only when it runs: its table names every command of every module."""
     import importlib
 
-    from cli.app import COMMANDS, main
+    from cli.app import COMMANDS, SHORT_HELP, main
     from cli.check import COMMANDS as CHECK
     from cli.runs import COMMANDS as RUNS
+    assert set(SHORT_HELP) == set(COMMANDS)
     for name, ref in COMMANDS.items():
         module, attr = ref.split(":")
-        assert getattr(importlib.import_module(module), attr).name == name
+        command = getattr(importlib.import_module(module), attr)
+        assert command.name == name
+        for limit in (20, 45, 70, 120, 10_000):   # `bench --help` lists it as click would have from its own help
+            assert click.Command(name, help=SHORT_HELP[name]).get_short_help_str(limit) == \
+                command.get_short_help_str(limit), (name, limit)
     defined = {c.name for c in (*RUNS, *CHECK)} | {"report", "claims", "flops"}
     assert set(COMMANDS) == defined
     assert invoke("--help").exit_code == 0 and all(f" {name} " in invoke("--help").output for name in COMMANDS)
 
 
 def test_bench_run_does_not_import_the_other_commands() -> None:
-    """``bench run --help`` imports cli.runs only: not cli.check, cli.claims, cli.flops, nor pandas and matplotlib
-    (which a run without a report never uses), nor scipy.stats (imported when a run's timings are judged)."""
-    code = ("import sys\nfrom cli import main\ntry:\n    main(['run', '--help'])\nexcept SystemExit:\n    pass\n"
-            "print(sorted(m for m in ('cli.check', 'cli.claims', 'cli.flops', 'cli.runs', 'pandas', 'matplotlib', 'scipy.stats') "
-            "if m in sys.modules), file=sys.stderr)")
+    """``bench --help`` imports no command's module (nor torch); then ``bench run --help`` imports cli.runs only: not
+    cli.check, cli.claims, cli.flops, nor pandas and matplotlib (which a run without a report never uses), nor
+    scipy.stats (imported when a run's timings are judged)."""
+    modules = ("cli.check", "cli.claims", "cli.flops", "cli.report", "cli.runs", "pandas", "matplotlib", "scipy.stats")
+    show = "print(sorted(m for m in {} if m in sys.modules), file=sys.stderr)\n"
+    code = ("import sys\nfrom cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n" +
+            show.format((*modules, "torch")) + "try:\n    main(['run', '--help'])\nexcept SystemExit:\n    pass\n" +
+            show.format(modules))
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert res.stderr.strip().splitlines()[-1] == "['cli.runs']", res.stderr
+    assert res.stderr.strip().splitlines()[-2:] == ["[]", "['cli.runs']"], res.stderr

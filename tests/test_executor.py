@@ -6,10 +6,12 @@ through one ProcessExecutor is run per module and the tests read its records.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +49,8 @@ class Sweep:
     cases: dict[str, Case]
     out: dict[str, Outcome]
     last_worker: int | None
+    cli: dict[str, tuple[subprocess.Popen, str]]   # a CLI test's `bench run` (below), started with the sweep
+    interleaved: dict[str, CaseRecord]             # INTERLEAVED's records, run next through the same executor
 
 
 PLAN = [("ok_a", "ok"), ("ok_b", "ok"), ("hang", "hang"), ("ok_c", "ok"), ("sigkill", "sigkill"),
@@ -54,25 +58,45 @@ PLAN = [("ok_a", "ok"), ("ok_b", "ok"), ("hang", "hang"), ("ok_c", "ok"), ("sigk
         ("ok_d", "ok")]
 
 
+# a sweep point whose worker dies mid-group, then the next point: run with ``interleave=True`` after PLAN
+INTERLEAVED = [dataclasses.replace(faulty_case(line, b), point=0) for line, b in
+               (("fine", "ok"), ("killer", "sigkill"), ("also fine", "ok"))]
+INTERLEAVED.append(dataclasses.replace(faulty_case("next point", "ok"), point=1))
+
+
 @pytest.fixture(scope="module")
-def sweep(tmp_path_factory) -> Sweep:
+def sweep(tmp_path_factory) -> Iterator[Sweep]:
+    """The module's one sweep. The `bench run` of test_cli_exit_1_when_a_case_errors (inline: no timeout it could
+    miss) is started from here under SCHED_IDLE, so it runs only while this core would otherwise be idle (the
+    sweep's hang, its worker starts' waits) and never slows a timed case of the sweep; its process and store are
+    that test's alone, and the test reads its exit status and store when it runs."""
     tmp = tmp_path_factory.mktemp("pids")
     cases = {line: faulty_case(line, b, pid_file=str(tmp / f"{line}.pid")) for line, b in PLAN}
     opts = RunOptions(timing=FAST, timeout_s=HANG_TIMEOUT_S, plugins=(PLUGIN,))
     ex = ProcessExecutor()
     out: dict[str, Outcome] = {}
+    cli: dict[str, tuple[subprocess.Popen, str]] = {}
     try:
-        t = time.perf_counter()
-        for rec in ex.run(list(cases.values()), opts):
-            now = time.perf_counter()
-            out[rec.line] = Outcome(rec, ex.proc.pid if ex.proc is not None else None, now - t,
-                                    _pids(tmp / f"{rec.line}.pid"))
-            t = now
-        last_worker = ex.proc.pid if ex.proc is not None else None
+        cli["errors"] = _start_cli(tmp_path_factory.mktemp("cli_errors"), CLI_ERRORS, idle=True)
+        try:
+            t = time.perf_counter()
+            for rec in ex.run(list(cases.values()), opts):
+                now = time.perf_counter()
+                out[rec.line] = Outcome(rec, ex.proc.pid if ex.proc is not None else None, now - t,
+                                        _pids(tmp / f"{rec.line}.pid"))
+                t = now
+            # the interleaved group next, in ok_d's worker (one worker start less than an executor of its own)
+            interleaved = {r.line: r for r in ex.run(INTERLEAVED, dataclasses.replace(opts, interleave=True))}
+            last_worker = ex.proc.pid if ex.proc is not None else None
+        finally:
+            ex.close()
+        assert ex.proc is None and ex.conn is None
+        yield Sweep(cases, out, last_worker, cli, interleaved)
     finally:
-        ex.close()
-    assert ex.proc is None and ex.conn is None
-    return Sweep(cases, out, last_worker)
+        for proc, _ in cli.values():      # a CLI run its test did not wait for (e.g. the sweep failed)
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
 
 
 def _pids(path: Path) -> set[int]:
@@ -181,8 +205,33 @@ def _suite(tmp_path: Path, lines: dict[str, str]) -> Path:
     return path
 
 
-def _bench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([*BENCH, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+# (lines, extra `bench run` arguments) of the CLI test that the ``sweep`` fixture starts
+CLI_ERRORS = ({"broken": "boom", "fine": "ok"}, ("--executor", "inline"))
+# the hang last: its worker is not replaced for a case after it (a worker's start costs ~3 CPU-s)
+CLI_TIMEOUTS = ({"fine": "ok", "no_memory": "memory_error", "hangs": "hang"}, ("--timeout", f"{HANG_TIMEOUT_S:g}"))
+
+
+def _idle_priority() -> None:
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+
+
+def _start_cli(tmp_path: Path, spec: tuple[dict[str, str], tuple[str, ...]], idle: bool = False
+               ) -> tuple[subprocess.Popen, str]:
+    """Start `bench run` of a suite of ``spec``'s lines into a fresh store; returns (process, store URL). ``idle``:
+    under SCHED_IDLE (it runs when nothing else on its core wants to; never for a run with a timeout to meet)."""
+    lines, extra = spec
+    url = f"sqlite:///{tmp_path / 'r.sqlite'}"
+    proc = subprocess.Popen([*BENCH, "run", str(_suite(tmp_path, lines)), "--quick", *extra, "--plugin", PLUGIN,
+                             "--store", url, "--no-calibrate", "--no-report"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_idle_priority if idle else None)
+    return proc, url
+
+
+def _finished(started: tuple[subprocess.Popen, str], timeout: float = 120) -> tuple[int, str, str]:
+    """(exit status, stderr, store URL) of a `bench run` from :func:`_start_cli`, once it has ended."""
+    proc, url = started
+    _, err = proc.communicate(timeout=timeout)
+    return proc.returncode, err, url
 
 
 def _latest_rows(url: str) -> dict[str, dict]:
@@ -190,42 +239,26 @@ def _latest_rows(url: str) -> dict[str, dict]:
     return {r.line: r for r in store.records(store.get_run("latest").id)}
 
 
-def test_cli_exit_1_when_a_case_errors(tmp_path):
-    suite = _suite(tmp_path, {"broken": "boom", "fine": "ok"})
-    url = f"sqlite:///{tmp_path / 'r.sqlite'}"
-    res = _bench("run", str(suite), "--quick", "--executor", "inline", "--plugin", PLUGIN, "--store", url,
-                 "--no-calibrate", "--no-report")
-    assert res.returncode == 1, res.stderr
+def test_cli_exit_1_when_a_case_errors(sweep):
+    code, err, url = _finished(sweep.cli["errors"])
+    assert code == 1, err
     rows = _latest_rows(url)
     assert rows["fine"].status == "ok" and rows["broken"].status == "error"
     assert "boom" in rows["broken"].message
 
 
 def test_cli_exit_0_when_cases_only_oom_or_time_out(tmp_path):
-    # the hang last: its worker is not replaced for a case after it (a worker's start costs ~3 CPU-s)
-    suite = _suite(tmp_path, {"fine": "ok", "no_memory": "memory_error", "hangs": "hang"})
-    url = f"sqlite:///{tmp_path / 'r.sqlite'}"
-    res = _bench("run", str(suite), "--quick", "--timeout", f"{HANG_TIMEOUT_S:g}", "--plugin", PLUGIN, "--store",
-                 url, "--no-calibrate", "--no-report")
-    assert res.returncode == 0, res.stderr
+    code, err, url = _finished(_start_cli(tmp_path, CLI_TIMEOUTS))
+    assert code == 0, err
     rows = _latest_rows(url)
     assert {k: r.status for k, r in rows.items()} == {"fine": "ok", "hangs": "timeout", "no_memory": "oom"}
 
 
-def test_an_interleaved_group_whose_worker_dies_is_run_case_by_case():
+def test_an_interleaved_group_whose_worker_dies_is_run_case_by_case(sweep):
     """A sweep point timed side by side in one worker: when a case kills that worker (the kernel's OOM killer)
     or hangs it, the group's cases are measured again one by one, so the one at fault is recorded and the
-    others are measured; the sweep goes on."""
-    import dataclasses
-    cases = [dataclasses.replace(faulty_case(line, b), point=0) for line, b in
-             (("fine", "ok"), ("killer", "sigkill"), ("also fine", "ok"))]
-    cases.append(dataclasses.replace(faulty_case("next point", "ok"), point=1))
-    opts = RunOptions(timing=FAST, timeout_s=HANG_TIMEOUT_S, plugins=(PLUGIN,), interleave=True)
-    ex = ProcessExecutor()
-    try:
-        recs = {r.line: r for r in ex.run(cases, opts)}
-    finally:
-        ex.close()
+    others are measured; the sweep goes on. (INTERLEAVED, run by the ``sweep`` fixture after its own cases.)"""
+    recs = sweep.interleaved
     assert recs["killer"].status == "crashed"
     assert recs["fine"].ok and recs["also fine"].ok and recs["next point"].ok
     assert not recs["fine"].group                                  # measured alone after the group was lost

@@ -83,17 +83,27 @@ def _mount_tmpfs(where: Path, size: str) -> bool:
                           capture_output=True).returncode == 0
 
 
-def test_a_full_disk_is_one_line_and_the_store_is_not_truncated(tmp_path):
+@pytest.fixture(scope="module")
+def one_case_store(tmp_path_factory) -> Path:
+    """A store holding one run of one case (suite "first"), measured once for the module by `bench run`; a test
+    copies it to where its fault is (one `bench` start, ~4 CPU-s, for the two tests that need such a store)."""
+    tmp = tmp_path_factory.mktemp("first")
+    db = tmp / "first.sqlite"
+    first = subprocess.run(_args(_suite(tmp, "first"), f"sqlite:///{db}", "--set", "width=8"), cwd=tmp, env=_env(),
+                           capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    _checkpoint(db)
+    return db
+
+
+def test_a_full_disk_is_one_line_and_the_store_is_not_truncated(tmp_path, one_case_store):
     disk = tmp_path / "disk"
     if os.geteuid() != 0 or not _mount_tmpfs(disk, "1m"):
         pytest.skip("needs root to mount a small tmpfs (a full disk)")
     try:
         db = disk / "full.sqlite"
         url = f"sqlite:///{db}"
-        first = subprocess.run(_args(_suite(tmp_path, "first"), url, "--set", "width=8"), cwd=tmp_path,
-                               env=_env(), capture_output=True, text=True, timeout=300)
-        assert first.returncode == 0, first.stderr
-        _checkpoint(db)
+        shutil.copyfile(one_case_store, db)
         stored = Store(url, create=False)
         n_first = len(stored.records(stored.get_run("latest").id))
         stored.engine.dispose()
@@ -118,7 +128,7 @@ def test_a_full_disk_is_one_line_and_the_store_is_not_truncated(tmp_path):
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 
 
-def test_a_read_only_store_is_one_line_and_left_as_it_was(tmp_path):
+def test_a_read_only_store_is_one_line_and_left_as_it_was(tmp_path, one_case_store):
     """Root writes any file whatever its mode: as root the store lives on a tmpfs remounted read-only; otherwise
     the file and its folder are made read-only."""
     disk = tmp_path / "ro"
@@ -131,10 +141,7 @@ def test_a_read_only_store_is_one_line_and_left_as_it_was(tmp_path):
         db = disk / "ro.sqlite"
         url = f"sqlite:///{db}"
         suite = _suite(tmp_path)
-        first = subprocess.run(_args(suite, url, "--set", "width=8"), cwd=tmp_path, env=_env(),  # one case stored
-                               capture_output=True, text=True, timeout=300)
-        assert first.returncode == 0, first.stderr
-        _checkpoint(db)
+        shutil.copyfile(one_case_store, db)                                 # one case stored
         if mounted:
             assert subprocess.run(["mount", "-o", "remount,ro", str(disk)], capture_output=True).returncode == 0
         else:

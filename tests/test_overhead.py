@@ -202,34 +202,46 @@ def _pid(path: Path) -> int:
     return pid
 
 
-def _sweep(tmp_path: Path, plan: list[tuple[str, str]], interleave: bool = False) -> dict[str, int | None]:
+def _sweep(tmp_path: Path, plan: list[tuple[str, str]], interleave: bool = False,
+           ex: ProcessExecutor | None = None) -> dict[str, tuple[str, int | None]]:
+    """(status, the executor's worker right after) of each case of ``plan``, through ``ex`` (left open) or an executor
+    of its own (closed)."""
     cases = [faulty(line, b, tmp_path / f"{line}.pid") for line, b in plan]
     if interleave:
         cases = [dataclasses.replace(c, point=0) for c in cases]
-    ex = ProcessExecutor()
+    own = ex is None
+    ex = ProcessExecutor() if ex is None else ex
     out: dict[str, tuple[str, int | None]] = {}
     try:
         for rec in ex.run(cases, RunOptions(timing=FAST, timeout_s=30, plugins=(PLUGIN,), interleave=interleave)):
             out[rec.line] = (rec.status, ex.proc.pid if ex.proc is not None else None)
     finally:
-        ex.close()
+        if own:
+            ex.close()
     return out
 
 
 CRASH_PLAN = [("a", "ok"), ("boom", "boom"), ("oom", "torch_oom"), ("b", "ok"), ("exit3", "exit3"), ("c", "ok"),
               ("sigkill", "sigkill"), ("d", "ok")]
 """One sweep through one executor for the tests below (each worker start costs ~3 CPU-s): exceptions first, then
-each crash between two ok cases."""
+each crash between two ok cases; then GROUP_PLAN, interleaved, in the worker that ran ``d``."""
+GROUP_PLAN = [("a", "ok"), ("boom", "boom"), ("b", "ok")]
 
 
 @pytest.fixture(scope="module")
-def crash_sweep(tmp_path_factory) -> tuple[Path, dict[str, tuple[str, int | None]]]:
-    tmp = tmp_path_factory.mktemp("crashes")
-    return tmp, _sweep(tmp, CRASH_PLAN)
+def crash_sweep(tmp_path_factory) -> tuple[Path, dict[str, tuple[str, int | None]], Path, dict]:
+    tmp, group_tmp = tmp_path_factory.mktemp("crashes"), tmp_path_factory.mktemp("group")
+    ex = ProcessExecutor()
+    try:
+        out = _sweep(tmp, CRASH_PLAN, ex=ex)
+        group = _sweep(group_tmp, GROUP_PLAN, interleave=True, ex=ex)
+    finally:
+        ex.close()
+    return tmp, out, group_tmp, group
 
 
 def test_a_python_exception_or_caught_oom_keeps_the_worker(crash_sweep):
-    tmp_path, out = crash_sweep
+    tmp_path, out, _, _ = crash_sweep
     first = {line: out[line] for line in ("a", "boom", "oom", "b")}
     assert [s for s, _ in first.values()] == ["ok", "error", "oom", "ok"]
     assert _pid(tmp_path / "a.pid") == _pid(tmp_path / "boom.pid") == _pid(tmp_path / "b.pid")
@@ -238,15 +250,15 @@ def test_a_python_exception_or_caught_oom_keeps_the_worker(crash_sweep):
 
 @pytest.mark.parametrize("crash", ["exit3", "sigkill"])
 def test_a_crash_replaces_the_worker(crash_sweep, crash):
-    tmp_path, out = crash_sweep
+    tmp_path, out, _, _ = crash_sweep
     before, after = {"exit3": ("b", "c"), "sigkill": ("c", "d")}[crash]     # the ok cases either side of it
     assert out[crash][0] == "crashed"
     assert out[crash][1] is None                        # the dead worker is gone
     assert out[after][0] == "ok" and _pid(tmp_path / f"{before}.pid") != _pid(tmp_path / f"{after}.pid")
 
 
-def test_an_interleaved_group_with_an_exception_keeps_the_worker(tmp_path):
-    out = _sweep(tmp_path, [("a", "ok"), ("boom", "boom"), ("b", "ok")], interleave=True)
+def test_an_interleaved_group_with_an_exception_keeps_the_worker(crash_sweep):
+    _, _, tmp_path, out = crash_sweep
     assert [s for s, _ in out.values()] == ["ok", "error", "ok"]
     assert _pid(tmp_path / "a.pid") == _pid(tmp_path / "b.pid") and out["b"][1] is not None
 

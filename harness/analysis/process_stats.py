@@ -31,7 +31,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as sps
 
 from harness.analysis.stats import t_halfwidth
 
@@ -109,6 +108,8 @@ def process_summary(groups: Sequence[Sequence[float]], confidence: float = 0.95,
     logs = np.log(meds)
     p = len(groups)
     se = _se(hierarchical_log_means(groups, n_boot, np.random.default_rng(seed)), p)
+    from scipy import stats as sps   # scipy.stats (~1 CPU-s): imported when an interval is made, not by `bench run`
+
     half = float(sps.t.ppf(0.5 + confidence / 2.0, p - 1)) * se
     centre = float(np.exp(logs.mean()))
     return ProcessSummary(centre, centre * math.exp(-half), centre * math.exp(half), se,
@@ -162,6 +163,8 @@ def _t_test(log_r: float, se: float, df: float, alpha: float, confidence: float
             ) -> tuple[float, float, float, float, float, float, bool]:
     """(ratio, interval at ``confidence``, se, df, minimum detectable effect, significant at ``alpha``) of a log
     ratio with standard error ``se`` on Student's t with ``df`` degrees of freedom."""
+    from scipy import stats as sps
+
     t_show = float(sps.t.ppf(0.5 + confidence / 2.0, df))
     t_test = float(sps.t.ppf(1.0 - alpha / 2.0, df))
     t_power = float(sps.t.ppf(POWER, df))
