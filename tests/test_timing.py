@@ -39,7 +39,10 @@ def test_fast_fn_is_timed_in_blocks() -> None:
     assert r.block_size > 1
     med = statistics.median(r.samples_s)
     assert med < 1e-5
-    assert r.block_size * med > 0.5 * cfg.min_sample_s  # a block lasts about min_sample_s
+    # a block lasts about min_sample_s: k is chosen so that a calibration block does; a quiet machine gives 0.82-1.02
+    # of it (30 tries, 06:24). A 20 ns call can run 2x slower during the calibration than in the samples when the
+    # machine's speed moves (0.45 in a fresh clone's .ci/run, 06:19, right after the parallel phase): allow 4x.
+    assert r.block_size * med > 0.25 * cfg.min_sample_s
 
 
 def test_max_time_caps_slow_fn_but_keeps_three_samples() -> None:
