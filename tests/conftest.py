@@ -34,6 +34,9 @@ neither set is refused at collection (:func:`_check_serial_marks`), so none is l
 test_executor_devices and test_process_stats left the serial phase in round 6 (issue 24): the first checks where
 cases ran and under which keys, the second judges statistics on simulated timers; neither times anything."""
 
+COLLECTED_SERIALLY = SERIAL_MODULES | PARTLY_SERIAL_MODULES
+"""The modules the serial phase collects (:func:`pytest_ignore_collect`): a ``serial`` test anywhere else is refused."""
+
 
 SLOW_MODULES_FIRST = ("test_claims_round3_c02", "test_executor_ray", "test_executor", "test_overhead",
                       "test_report_browser", "test_concurrent_runs", "test_faults_pg", "test_report", "test_resume",
@@ -94,7 +97,7 @@ def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
         return None
     name = collection_path.name
     if collection_path.parent == Path(__file__).parent and name.startswith("test_") and name.endswith(".py"):
-        return name.removesuffix(".py") not in SERIAL_MODULES | PARTLY_SERIAL_MODULES or None
+        return name.removesuffix(".py") not in COLLECTED_SERIALLY or None
     return None
 
 
@@ -103,7 +106,7 @@ def _check_serial_marks(items: list[pytest.Item]) -> None:
     elsewhere the serial phase would not collect it, and it would run in neither phase."""
     lost = sorted(item.nodeid for item in items if item.get_closest_marker("serial") is not None
                   and item.module is not None
-                  and item.module.__name__.rsplit(".", 1)[-1] not in SERIAL_MODULES | PARTLY_SERIAL_MODULES)
+                  and item.module.__name__.rsplit(".", 1)[-1] not in COLLECTED_SERIALLY)
     if lost:
         raise pytest.UsageError(f"tests marked serial outside SERIAL_MODULES/PARTLY_SERIAL_MODULES "
                                 f"(tests/conftest.py): {', '.join(lost[:5])}")

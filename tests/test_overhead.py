@@ -202,22 +202,16 @@ def _pid(path: Path) -> int:
     return pid
 
 
-def _sweep(tmp_path: Path, plan: list[tuple[str, str]], interleave: bool = False,
-           ex: ProcessExecutor | None = None) -> dict[str, tuple[str, int | None]]:
-    """(status, the executor's worker right after) of each case of ``plan``, through ``ex`` (left open) or an executor
-    of its own (closed)."""
+def _sweep(ex: ProcessExecutor, tmp_path: Path, plan: list[tuple[str, str]], interleave: bool = False
+           ) -> dict[str, tuple[str, int | None]]:
+    """(status, the executor's worker right after) of each case of ``plan``, through ``ex`` (left open: the caller
+    closes it)."""
     cases = [faulty(line, b, tmp_path / f"{line}.pid") for line, b in plan]
     if interleave:
         cases = [dataclasses.replace(c, point=0) for c in cases]
-    own = ex is None
-    ex = ProcessExecutor() if ex is None else ex
     out: dict[str, tuple[str, int | None]] = {}
-    try:
-        for rec in ex.run(cases, RunOptions(timing=FAST, timeout_s=30, plugins=(PLUGIN,), interleave=interleave)):
-            out[rec.line] = (rec.status, ex.proc.pid if ex.proc is not None else None)
-    finally:
-        if own:
-            ex.close()
+    for rec in ex.run(cases, RunOptions(timing=FAST, timeout_s=30, plugins=(PLUGIN,), interleave=interleave)):
+        out[rec.line] = (rec.status, ex.proc.pid if ex.proc is not None else None)
     return out
 
 
@@ -233,8 +227,8 @@ def crash_sweep(tmp_path_factory) -> tuple[Path, dict[str, tuple[str, int | None
     tmp, group_tmp = tmp_path_factory.mktemp("crashes"), tmp_path_factory.mktemp("group")
     ex = ProcessExecutor()
     try:
-        out = _sweep(tmp, CRASH_PLAN, ex=ex)
-        group = _sweep(group_tmp, GROUP_PLAN, interleave=True, ex=ex)
+        out = _sweep(ex, tmp, CRASH_PLAN)
+        group = _sweep(ex, group_tmp, GROUP_PLAN, interleave=True)
     finally:
         ex.close()
     return tmp, out, group_tmp, group
