@@ -49,7 +49,14 @@ def test_imprecise_lists_wide_groups_and_leaves_a_failed_case_alone():
     assert imprecise(groups, parts, precision=10.0) == []
 
 
+@pytest.mark.serial    # judges the spread of timings between processes: alone, after the parallel tests
 def test_processes_are_added_only_to_the_wide_group_and_it_stays_paired(tmp_path):
+    """The twins' group stays at two processes only where nothing runs beside it: with a busy loop on one of the
+    two cores, each process's median of a 2 ms case was ~2.1 or ~5.7 ms, case by case (07:55-08:10, this
+    machine), and a CI-like fresh clone's parallel phase gave the twins a third process (08:04). So it runs in the
+    serial phase (tests/conftest.py's PARTLY_SERIAL_MODULES), with 15 samples a process, not 3, and ×/÷ 3 as the
+    precision (the twins grow only if their ratio differs by ~19 % between two processes; the lucky group, at
+    three processes 1, 2.5, 4 times the steady case, still reads ×/÷ 5.8)."""
     luck = str(tmp_path / "luck")
     w1, w2 = Workload(batch_size=1), Workload(batch_size=2)
     cases = [Case("adaptive", "steady", "drifty", (), w1, ("latency",), point=0),
@@ -57,9 +64,9 @@ def test_processes_are_added_only_to_the_wide_group_and_it_stays_paired(tmp_path
              Case("adaptive", "steady", "drifty", (), w2, ("latency",), point=1),
              Case("adaptive", "twin", "drifty", (), w2, ("latency",), point=1)]
     assert [len(g) for g in interleave_groups(cases)] == [2, 2]
-    timing = TimingConfig(warmup_calls=1, warmup_s=0.0, min_samples=6, min_time_s=0.0, max_time_s=1.0, rounds=3)
+    timing = TimingConfig(warmup_calls=1, warmup_s=0.0, min_samples=30, min_time_s=0.0, max_time_s=1.0, rounds=3)
     opts = RunOptions(timing=timing, timeout_s=60, plugins=(PLUGIN,), interleave=True, processes=2, max_processes=4,
-                      precision=1.5)
+                      precision=3.0)
     ex = ProcessExecutor()
     try:
         recs = {(r.line, r.workload["batch_size"]): r for r in ex.run(cases, opts)}
