@@ -83,9 +83,9 @@ def test_an_a_a_rerun_is_not_a_regression(gate):
 
     One occasion cannot cover the machine's own drift (issue 25; tests/test_occasions.py shows the verdict crying
     wolf against such a baseline), and a quiet 2-core machine here drifts on its own: `scripts/machine-drift 90`
-    (this case's call in 0.3 s windows, nothing else running) read 0.993-1.075 of the median, phases of several
-    seconds, a 1.077x change between windows 3 s apart, other processes <= 0.07 cores, steal <= 0.03. CI once read
-    narrow 1.080 [1.075, 1.089] (p 4e-32) on identical code. So a first "regressed" measures a new pair,
+    (this case's call through the harness's timer in 0.3 s windows, nothing else running; 08:58) read 0.944-1.089
+    of the median, in phases of several seconds, a 1.121x change between windows 3 s apart, other processes and
+    steal 0.00 cores. CI once read narrow 1.080 [1.075, 1.089] (p 4e-32) on identical code. So a first "regressed" measures a new pair,
     baseline and check, a few seconds later, and the test fails when that one regresses too: a gate that misreads
     identical code does so every time, and a drift step seldom falls between the two sides of both pairs."""
     res = _check(gate)
