@@ -11,13 +11,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.contract.records import CaseRecord, RunRecord
+from harness.contract.metrics import EXACT_COUNTS
 from harness.analysis.stats import AffineFit, ScalingFit, compare, fit_cost
 from reports.frames import is_number, sweep_axis, varying_keys
 
 FIT_METRICS: dict[str, str] = {"median_ms": "time", "peak_bytes": "memory", "macs": "MACs"}
 """Metric → its name in a finding, in the order findings list them."""
 
-EXACT_METRICS = frozenset({"macs", "flops", "params", "bytes_moved"})
+EXACT_METRICS = frozenset(EXACT_COUNTS)
 """Exact counts (no noise): an affine fit of them is checked within rounding and gets no noise interval."""
 
 
