@@ -4,6 +4,7 @@ and `bench list` as shown, and every other command parsed by its own click comma
 argument fails) with the suite, architecture or claims it names looked up."""
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from cli.app import main
 from harness.contract import registry
 from harness.contract.plugins import load_files
 from harness.contract.suite import find_suite
-from tests.test_docs_text import README, ROOT, Command, commands, snippet
+from tests.test_docs_text import README, ROOT, Command, blocks, commands, snippet, user_pages
 from tests.helpers import invoke
 
 COMMANDS = commands()
@@ -85,3 +86,18 @@ def test_a_renamed_option_fails():
         _parse(["check", "ci", "--quick", "--baselines", "x.json"])
     with pytest.raises(click.UsageError):
         _parse(["export", "latest", "--format", "json", "--no-such-flag"])
+
+
+SUITE_EXAMPLES = [b for page in user_pages() for b in blocks(page)
+                  if b.lang == "toml" and re.search(r"^name = ", b.text, re.M) and "--plugin" not in b.text
+                  and not b.text.startswith("# my_suite.toml")]
+
+
+@pytest.mark.parametrize("block", SUITE_EXAMPLES, ids=lambda b: f"{b.path.relative_to(ROOT)}:{b.line}")
+def test_documented_suite_files_load(block, tmp_path: Path):
+    """A whole suite file shown on a page is a valid suite: loaded, validated and expanded (--dry-run)."""
+    path = tmp_path / "example.toml"
+    path.write_text(block.text)
+    for args in ((), ("--quick",)):
+        result = invoke("run", str(path), "--dry-run", *args)
+        assert result.exit_code == 0, result.output + result.stderr
