@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -15,7 +16,7 @@ from cli.app import main
 from harness.contract import registry
 from harness.contract.plugins import load_files
 from harness.contract.suite import find_suite
-from tests.test_docs_text import README, ROOT, Command, blocks, commands, snippet, user_pages
+from tests.test_docs_text import README, ROOT, Command, blocks, commands, registered_names, snippet, user_pages
 from tests.helpers import invoke
 
 COMMANDS = commands()
@@ -26,12 +27,14 @@ NEEDS_A_MACHINE = {"--address": "a Ray cluster", "--devices": "the devices named
 
 
 @pytest.fixture(scope="module")
-def readme_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def readme_files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     d = tmp_path_factory.mktemp("readme")
     text = README.read_text()
     for name in WRITTEN_BY_THE_README:
         (d / name).write_text(snippet(text, f"# {name}"))
-    return d
+    yield d
+    for arch in registered_names((d / "my_models.py").read_text()):   # another module may load the snippet again
+        registry._ARCHS.pop(arch, None)
 
 
 def _localise(args: tuple[str, ...], readme_dir: Path) -> list[str]:

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
 from cli.app import COMMANDS
-from tests.test_docs_text import DOCS, README, ROOT, blocks, commands, snippet, table_rows, user_pages
+from harness.contract import registry
+from tests.test_docs_text import DOCS, README, ROOT, blocks, commands, registered_names, snippet, table_rows, user_pages
 from tests.helpers import invoke
 
 TEXT = README.read_text()
@@ -77,12 +77,16 @@ def test_the_commands_are_found():
 
 def test_the_readme_plug_in_snippet_runs(tmp_path: Path):
     """The own-model recipe, as printed: its module and suite written out, then the command it shows."""
-    (tmp_path / "my_models.py").write_text(snippet(TEXT, "# my_models.py"))
+    source = snippet(TEXT, "# my_models.py")
+    (tmp_path / "my_models.py").write_text(source)
     (tmp_path / "my_suite.toml").write_text(snippet(TEXT, "# my_suite.toml"))
     [cmd] = [c for c in commands([README]) if "--plugin" in c.args]
     args = [str(tmp_path / a) if (tmp_path / a).exists() else a for a in cmd.args]
     url = f"sqlite:///{tmp_path / 'results.sqlite'}"
-    result = invoke(*args, "--executor", "inline", "--store", url, "--no-report", "--no-calibrate")
+    try:
+        result = invoke(*args, "--executor", "inline", "--store", url, "--no-report", "--no-calibrate")
+    finally:
+        for arch in registered_names(source):       # another module may load the snippet again
+            registry._ARCHS.pop(arch, None)
     assert result.exit_code == 0, result.output + result.stderr
     assert "6 cases: 6 ok" in result.output, result.output
-    sys.modules.pop("my_models", None)

@@ -103,6 +103,11 @@ def table_rows(text: str, header: str) -> list[list[str]]:
     raise AssertionError(f"no table with the header {header!r}")
 
 
+def registered_names(source: str) -> list[str]:
+    """The architecture names a plug-in's source registers (``ArchSpec("NAME", ...)``)."""
+    return re.findall(r'ArchSpec\(\s*"([^"]+)"', source)
+
+
 def snippet(text: str, first_line: str) -> str:
     """The body of the fenced block whose first line is ``first_line``."""
     m = re.search(r"```\w*\n" + re.escape(first_line) + r"\n(.*?)```", text, re.S)
