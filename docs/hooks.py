@@ -226,3 +226,14 @@ def export(markdown: Path, claims_json: Path | None, *, command: str, date: str,
     path = EVIDENCE / f"claims-cpu-{date[:10]}.json"
     path.write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
     return path
+
+
+if __name__ == "__main__":
+    # python docs/hooks.py export results/claims.md results/claims.json "COMMAND" "MACHINE" "WALL"
+    if len(sys.argv) != 7 or sys.argv[1] != "export":
+        sys.exit('usage: python docs/hooks.py export CLAIMS.md CLAIMS.json "COMMAND" "MACHINE" "WALL"')
+    import datetime
+
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
+    print(export(Path(sys.argv[2]), Path(sys.argv[3]), command=sys.argv[4], machine=sys.argv[5], wall=sys.argv[6],
+                 date=datetime.date.today().isoformat(), commit=head.stdout.strip()))
