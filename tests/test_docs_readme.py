@@ -90,3 +90,10 @@ def test_the_readme_plug_in_snippet_runs(tmp_path: Path):
             registry._ARCHS.pop(arch, None)
     assert result.exit_code == 0, result.output + result.stderr
     assert "6 cases: 6 ok" in result.output, result.output
+
+
+def test_the_readmes_links_to_the_repository_exist():
+    """A link to a page the site generates at build time would be broken on the repository's front page."""
+    links = [m for m in re.findall(r"\]\(([^)#]+)\)", TEXT) if "://" not in m]
+    assert links
+    assert [m for m in links if not (ROOT / m).exists()] == []
