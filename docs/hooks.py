@@ -6,7 +6,8 @@
 - ``claims/catalog.md``: ``claims/claims.toml``;
 - ``claims/verdicts.md``: the newest stored claims run, ``docs/evidence/claims-*.json`` (its date and commit);
 - ``development/changelog.md``: ``CHANGELOG.md``;
-- the ``<!-- import-contracts -->`` marker of a page: ``[tool.importlinter]`` of ``pyproject.toml``.
+- the ``<!-- import-contracts -->`` marker of a page: ``[tool.importlinter]`` of ``pyproject.toml``;
+- a ``<!-- metrics: NAME, NAME -->`` marker: those metrics' rows of the metric catalog.
 
 The CLI reference is ``reference/cli.md``'s ``::: mkdocs-click`` block (the click commands themselves).
 
@@ -176,6 +177,19 @@ def import_contracts() -> str:
     return _table(("contract", "what it checks"), rows)
 
 
+def metrics_table(names: str) -> str:
+    """The catalog's rows of the metrics named in a page's ``<!-- metrics: a, b, c -->`` marker."""
+    from harness.contract.metrics import lookup
+
+    rows = []
+    for name in (n.strip() for n in names.split(",")):
+        m = lookup(name)
+        if m is None:
+            raise ValueError(f"metric {name!r} is not in the metric catalog (harness/contract/metrics.py)")
+        rows.append((f"`{name}`", m.unit, "exact" if m.exact else "measured", m.meaning))
+    return _table(("metric", "unit", "exact or measured", "meaning"), rows)
+
+
 GENERATED = {"reference/metrics.md": metrics_page, "reference/suites.md": suites_page,
              "reference/architectures.md": architectures_page, "claims/catalog.md": claims_catalog_page,
              "claims/verdicts.md": verdicts_page, "development/changelog.md": changelog_page}
@@ -197,7 +211,7 @@ def on_page_markdown(markdown, page, config, files):  # noqa: ANN001, ANN201
     for marker, make in MARKERS.items():
         if marker in markdown:
             markdown = markdown.replace(marker, make())
-    return markdown
+    return re.sub(r"<!-- metrics: ([^>]*) -->", lambda m: metrics_table(m.group(1)), markdown)
 
 
 # -- storing a claims run -------------------------------------------------------------------------------------

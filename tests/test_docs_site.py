@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import tomllib
 from pathlib import Path
 
@@ -70,3 +71,12 @@ def test_a_claims_run_is_exported_and_rendered(tmp_path: Path, monkeypatch: pyte
     page = hooks.verdicts_page()
     assert "2030-01-02" in page and "aaaaaaaaaa" in page and "1 partly supported, 1 supported" in page
     assert "- **C31⁺** partly supported: GPT-2 small is 124M" in page
+
+
+def test_every_metrics_marker_names_catalog_metrics():
+    markers = [m for page in DOCS.rglob("*.md") for m in re.findall(r"<!-- metrics: ([^>]*) -->", page.read_text())]
+    assert markers
+    for names in markers:
+        assert hooks.metrics_table(names).count("\n") == len(names.split(",")) + 2
+    with pytest.raises(ValueError, match="not in the metric catalog"):
+        hooks.metrics_table("median_ms, no_such_metric")
