@@ -4,9 +4,9 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test install clean
+.PHONY: run test install docs clean
 
-EXTRAS := .[test,parquet,timm,postgres,ray]
+EXTRAS := .[test,parquet,timm,postgres,ray,docs]
 
 # uv installs the 6.4 GB of wheels in ~40 s where pip takes ~95 s (it unpacks and byte-compiles in parallel), from
 # the sources pip is configured with (scripts/pip-sources); if uv fails, pip installs as before.
@@ -37,5 +37,10 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not serial"
 	$(BIN)/python -m pytest -q -m serial
 
+# The docs site (mkdocs-material): docs/ and mkdocs.yml; the CLI, metrics and claims references are generated from the
+# code at build time (docs/hooks.py). `--strict` makes a broken link or a page missing from the nav an error.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build site *.egg-info

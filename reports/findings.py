@@ -13,12 +13,13 @@ from typing import Any
 from harness.contract.records import CaseRecord, RunRecord
 from harness.analysis.comparison import Comparison, compare_records
 from harness.analysis.stats import AffineFit, ScalingFit, fit_cost
+from harness.contract.metrics import EXACT_COUNTS
 from reports.frames import is_number, sweep_axis, varying_keys
 
 FIT_METRICS: dict[str, str] = {"median_ms": "time", "peak_bytes": "memory", "macs": "MACs"}
 """Metric → its name in a finding, in the order findings list them."""
 
-EXACT_METRICS = frozenset({"macs", "flops", "params", "bytes_moved"})
+EXACT_METRICS = frozenset(EXACT_COUNTS)
 """Exact counts (no noise): an affine fit of them is checked within rounding and gets no noise interval."""
 
 

@@ -14,14 +14,16 @@ from matplotlib.figure import Figure
 
 from harness.contract.quoted import sources
 from harness.contract.records import CaseRecord
+from harness.contract.metrics import BY_NAME
 from reports.pareto import Frontier, Point, dominates, pareto  # noqa: F401  (re-exported: the pure part)
 from reports.plots import tex_safe
 
 TOP1 = "quoted_top1"
-COSTS: dict[str, tuple[str, bool, str]] = {      # metric -> (axis label, lower is better, short word)
-    "median_ms": ("median latency (ms), measured", True, "slower"),
-    "macs": ("GMACs, counted", True, "more MACs"),
-    "throughput_per_s": ("throughput (images/s), measured", False, "lower throughput"),
+COSTS: dict[str, tuple[str, bool, str]] = {      # metric -> (axis label, lower is better: the catalog's, short word)
+    "median_ms": ("median latency (ms), measured", BY_NAME["median_ms"].better == "lower", "slower"),
+    "macs": ("GMACs, counted", BY_NAME["macs"].better == "lower", "more MACs"),
+    "throughput_per_s": ("throughput (images/s), measured", BY_NAME["throughput_per_s"].better == "lower",
+                         "lower throughput"),
 }
 
 

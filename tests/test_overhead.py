@@ -15,6 +15,7 @@ from harness.executors import ProcessExecutor
 from harness.executors.base import poisons_worker
 from harness.engine.overhead import (CASE_PARTS, MEASURED, RunOverhead, metric_name, run_overhead, summary_line,
                               warmup_shares)
+from harness.contract.metrics import GATE_EQUAL
 from harness.contract.registry import resolve
 from harness.engine.models import MODELS, build_model, cheap_init, model_key
 from harness.engine.runner import RunOptions, run_case, run_group
@@ -25,7 +26,7 @@ from tests.helpers import run_tiny
 
 PLUGIN = str(Path(__file__).with_name("plugin_faulty.py"))
 FAST = TimingConfig(warmup_calls=1, warmup_s=0.0, min_samples=3, min_time_s=0.0, max_time_s=0.5)
-DETERMINISTIC = ("params", "macs", "flops", "est_peak_bytes", "peak_bytes", "activation_peak_bytes")
+DETERMINISTIC = GATE_EQUAL
 
 
 def tiny(seq_len: int = 16, mode: str = "fwd", dtype: str = "fp32", line: str = "a", **over) -> Case:

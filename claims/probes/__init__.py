@@ -12,6 +12,7 @@ import torch
 from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure, mean_ci
 from harness.contract.records import CaseRecord
+from harness.contract.metrics import EXACT_COUNTS, TIMINGS
 from harness.contract.registry import resolve
 from harness.contract.spec import Workload
 from harness.instruments.load import BUSY_CORES
@@ -21,8 +22,8 @@ from harness.analysis.process_stats import ONE_PROCESS_NOTE
 from harness.analysis.stats import fit_affine, fit_floor_power, fit_scaling, top_slope
 from harness.instruments.timing import TimingResult
 
-TIMING_METRICS = ("median_ms", "mean_ms", "min_ms", "throughput_per_s")
-EXACT_METRICS = ("macs", "flops", "params", "bytes_moved")   # counts: an affine fit of them is exact within rounding
+TIMING_METRICS = TIMINGS              # the metric catalog's measured times and rates
+EXACT_METRICS = EXACT_COUNTS          # counts: an affine fit of them is exact within rounding
 
 ProbeFn = Callable[[Context], Evidence]
 PROBES: dict[str, tuple[ProbeFn, tuple[str, ...]]] = {}

@@ -8,11 +8,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from harness.contract.records import CaseRecord
+from harness.contract.metrics import GATE_EQUAL
 
 if TYPE_CHECKING:
     from reports.check.baseline import BaselineCase
 
-DETERMINISTIC: tuple[str, ...] = ("macs", "flops", "params", "est_peak_bytes", "activation_peak_bytes", "peak_bytes")
+DETERMINISTIC: tuple[str, ...] = GATE_EQUAL
 """Metrics compared exactly (with the torch version unchanged), plus every metric named ``analytic_*``."""
 ANALYTIC_PREFIX = "analytic_"
 
