@@ -9,7 +9,7 @@ import dataclasses
 import fnmatch
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from harness.contract.errors import BenchInputError
@@ -18,6 +18,7 @@ from harness.contract.spec import ArchSpec
 
 _ARCHS: dict[str, ArchSpec] = {}
 _NAMESPACES: dict[str, Callable[[str], ArchSpec]] = {}
+_NAMESPACE_PRESETS: dict[str, Callable[[], Iterable[str]]] = {}
 _loaded = False
 
 
@@ -31,11 +32,15 @@ def register(spec: ArchSpec) -> ArchSpec:
     return spec
 
 
-def register_namespace(prefix: str, resolver: Callable[[str], ArchSpec]) -> None:
-    """Resolve ``prefix:NAME`` with ``resolver(NAME)``."""
+def register_namespace(prefix: str, resolver: Callable[[str], ArchSpec],
+                       presets: Callable[[], Iterable[str]] | None = None) -> None:
+    """Resolve ``prefix:NAME`` with ``resolver(NAME)``; ``presets()`` names the ``prefix:NAME`` a listing shows
+    (the namespace's named presets), if it has any."""
     if prefix in _NAMESPACES:
         raise ValueError(f"namespace {prefix!r} is already registered")
     _NAMESPACES[prefix] = resolver
+    if presets is not None:
+        _NAMESPACE_PRESETS[prefix] = presets
 
 
 def _ensure_loaded() -> None:
@@ -53,6 +58,13 @@ def list_archs(pattern: str = "*") -> list[str]:
     """Registered preset names matching a shell-style wildcard, sorted."""
     _ensure_loaded()
     return sorted(n for n in _ARCHS if fnmatch.fnmatchcase(n, pattern))
+
+
+def namespace_presets(pattern: str = "*") -> list[str]:
+    """The named presets of the namespaces (``prefix:NAME``) matching a shell-style wildcard, sorted; never
+    part of :func:`list_archs` (which tests parametrize over)."""
+    _ensure_loaded()
+    return sorted(n for presets in _NAMESPACE_PRESETS.values() for n in presets() if fnmatch.fnmatchcase(n, pattern))
 
 
 def namespaces() -> list[str]:
