@@ -63,13 +63,18 @@ class Preset:
     head: str
     released: str          # the Hub name of the release, for the description only (never fetched)
     params: int            # its parameter count, as released (tests count the built model against it)
+    fields: tuple[tuple[str, Any], ...] = ()   # the release's values where the default config's differ (no size)
 
 
 PRESETS: dict[str, Preset] = {
     "gpt2": Preset("gpt2", "causal-lm", "openai-community/gpt2", 124_439_808),
     "bert-base-uncased": Preset("bert", "base", "google-bert/bert-base-uncased", 109_482_240),
-    "llama-2-7b": Preset("llama", "causal-lm", "meta-llama/Llama-2-7b-hf", 6_738_415_616),
-    "mistral-7b-v0.1": Preset("mistral", "causal-lm", "mistralai/Mistral-7B-v0.1", 7_241_732_096),
+    # LlamaConfig() is LLaMA-1's 7B: the same sizes; Llama-2 has 4096 positions and RMSNorm eps 1e-5.
+    "llama-2-7b": Preset("llama", "causal-lm", "meta-llama/Llama-2-7b-hf", 6_738_415_616,
+                         (("max_position_embeddings", 4096), ("rms_norm_eps", 1e-5))),
+    # MistralConfig() is v0.1's shape with 131072 positions; v0.1 declares 32768.
+    "mistral-7b-v0.1": Preset("mistral", "causal-lm", "mistralai/Mistral-7B-v0.1", 7_241_732_096,
+                              (("max_position_embeddings", 32768),)),
 }
 
 
@@ -118,6 +123,13 @@ class HFConfig:
     def built_head(self) -> str:
         """``head``, with ``auto`` resolved (see :data:`HEADS`)."""
         return default_head(self.model_type) if self.head == "auto" else self.head
+
+    @property
+    def max_seq_len(self) -> int | None:
+        """The longest generation (prompt + new tokens) of a model with a learned position table, None for one
+        without (what :func:`harness.contract.spec.check_workload` reads); a model type with a ``max_seq_len`` field
+        of its own shadows it."""
+        return _max_len(self)
 
 
 @cache
@@ -324,7 +336,8 @@ def resolve(name: str) -> ArchSpec:
         hint = f"; did you mean {', '.join(close)}?" if close else "; see transformers.CONFIG_MAPPING"
         raise BenchInputError(f"transformers has no model type {name!r}{hint}", where="arch")
     try:
-        config = config_class(model_type)(head=preset.head if preset else "auto")
+        config = config_class(model_type)(head=preset.head, **dict(preset.fields)) if preset \
+            else config_class(model_type)()
     except ValueError as exc:
         raise BenchInputError(str(exc), where="arch") from None
     what = (f"{preset.released}'s shape ({preset.params:,} parameters)" if preset

@@ -93,6 +93,9 @@ BAD = {
     "k/v heads that do not divide": ('arch = "hf:llama", num_key_value_heads = 5', "must divide"),
     "a generation of an encoder": ('arch = "hf:bert", mode = "generate", prompt_len = 4, new_tokens = 2',
                                    "cannot generate"),
+    "a generation past the learned positions": (
+        'arch = "hf:gpt2", n_layer = 1, n_positions = 64, mode = "generate", prompt_len = 60, new_tokens = 10',
+        "exceeds hf:gpt2's max_seq_len 64"),
 }
 
 
