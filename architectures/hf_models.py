@@ -342,13 +342,18 @@ def resolve(name: str) -> ArchSpec:
         raise BenchInputError(str(exc), where="arch") from None
     what = (f"{preset.released}'s shape ({preset.params:,} parameters)" if preset
             else f"transformers {type(config.hf_config()).__name__}() defaults")
-    return ArchSpec(f"hf:{name}", "hf", config, HFModel, make_inputs,
-                    f"{config.built_head()} {what}, random weights, nothing downloaded", max_len=_max_len)
+    return ArchSpec(f"hf:{name}", "hf", config, HFModel, make_inputs, _describe(config.built_head(), what),
+                    max_len=_max_len)
 
 
-def preset_names() -> list[str]:
-    """The named presets, as ``hf:NAME``."""
-    return [f"hf:{name}" for name in PRESETS]
+def preset_descriptions() -> dict[str, str]:
+    """The named presets, ``hf:NAME`` → what a listing says of them (plain data: transformers is not imported)."""
+    return {f"hf:{name}": _describe(p.head, f"{p.released}'s shape ({p.params:,} parameters)")
+            for name, p in PRESETS.items()}
 
 
-register_namespace("hf", resolve, preset_names)
+def _describe(head: str, what: str) -> str:
+    return f"{head} {what}, random weights, nothing downloaded"
+
+
+register_namespace("hf", resolve, preset_descriptions)

@@ -3,6 +3,7 @@ blocked; presets that are released shapes (counted); bad names and shapes refuse
 from __future__ import annotations
 
 import socket
+import sys
 
 import pytest
 import torch
@@ -64,7 +65,9 @@ def test_listing_names_the_presets():
     for name, preset in hf_models.PRESETS.items():
         line = next(line for line in result.stdout.splitlines() if line.startswith(f"hf:{name} "))
         assert preset.released in line and f"{preset.params:,}" in line
-    assert namespace_presets("hf:*") == sorted(f"hf:{n}" for n in hf_models.PRESETS)
+    assert list(namespace_presets("hf:*")) == sorted(f"hf:{n}" for n in hf_models.PRESETS)
+    for name in hf_models.PRESETS:                  # the listing's words are the resolved spec's
+        assert namespace_presets(f"hf:{name}")[f"hf:{name}"] == resolve(f"hf:{name}").description
 
 
 def test_every_mode_runs_with_the_network_blocked(tmp_path, no_network):
@@ -128,3 +131,12 @@ def test_fields_follow_the_config_class():
     assert resolve("hf:t5").config.built_head() == "seq2seq-lm"
     assert hf_models.learned_positions(resolve("hf:gpt2", n_layer=1).config) == 1024
     assert hf_models.learned_positions(resolve("hf:llama", num_hidden_layers=1).config) is None
+
+
+def test_without_transformers_a_name_is_one_line_and_the_listing_still_works(monkeypatch):
+    """The extra is optional: without it an hf: name says how to install it, and listing imports nothing."""
+    monkeypatch.setitem(sys.modules, "transformers", None)           # `import transformers` raises ImportError
+    with pytest.raises(BenchInputError, match=r"transformers is not installed: pip install .*\[hf\]"):
+        resolve("hf:llama")
+    result = invoke("list", "archs", "hf:*")
+    assert result.exit_code == 0 and "hf:llama-2-7b" in result.stdout

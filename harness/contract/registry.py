@@ -9,7 +9,7 @@ import dataclasses
 import fnmatch
 import types
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from harness.contract.errors import BenchInputError
@@ -18,7 +18,7 @@ from harness.contract.spec import ArchSpec
 
 _ARCHS: dict[str, ArchSpec] = {}
 _NAMESPACES: dict[str, Callable[[str], ArchSpec]] = {}
-_NAMESPACE_PRESETS: dict[str, Callable[[], Iterable[str]]] = {}
+_NAMESPACE_PRESETS: dict[str, Callable[[], Mapping[str, str]]] = {}
 _loaded = False
 
 
@@ -33,9 +33,9 @@ def register(spec: ArchSpec) -> ArchSpec:
 
 
 def register_namespace(prefix: str, resolver: Callable[[str], ArchSpec],
-                       presets: Callable[[], Iterable[str]] | None = None) -> None:
-    """Resolve ``prefix:NAME`` with ``resolver(NAME)``; ``presets()`` names the ``prefix:NAME`` a listing shows
-    (the namespace's named presets), if it has any."""
+                       presets: Callable[[], Mapping[str, str]] | None = None) -> None:
+    """Resolve ``prefix:NAME`` with ``resolver(NAME)``; ``presets()`` gives the ``prefix:NAME`` a listing shows (the
+    namespace's named presets) with their descriptions, as plain data: listing them resolves nothing."""
     if prefix in _NAMESPACES:
         raise ValueError(f"namespace {prefix!r} is already registered")
     _NAMESPACES[prefix] = resolver
@@ -60,11 +60,12 @@ def list_archs(pattern: str = "*") -> list[str]:
     return sorted(n for n in _ARCHS if fnmatch.fnmatchcase(n, pattern))
 
 
-def namespace_presets(pattern: str = "*") -> list[str]:
-    """The named presets of the namespaces (``prefix:NAME``) matching a shell-style wildcard, sorted; never
-    part of :func:`list_archs` (which tests parametrize over)."""
+def namespace_presets(pattern: str = "*") -> dict[str, str]:
+    """The named presets of the namespaces (``prefix:NAME`` → description) matching a shell-style wildcard, sorted
+    by name; never part of :func:`list_archs` (which tests parametrize over)."""
     _ensure_loaded()
-    return sorted(n for presets in _NAMESPACE_PRESETS.values() for n in presets() if fnmatch.fnmatchcase(n, pattern))
+    found = {n: d for presets in _NAMESPACE_PRESETS.values() for n, d in presets().items()}
+    return {n: found[n] for n in sorted(found) if fnmatch.fnmatchcase(n, pattern)}
 
 
 def namespaces() -> list[str]:
