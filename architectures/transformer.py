@@ -46,6 +46,7 @@ class LayerConfig(HeadLayout):
     activation: Activation = "gelu"
     dropout: float = 0.0                   # sublayer outputs and attention weights (and embeddings in a stack)
     bias: bool = True                      # in the attention and MLP linears
+    norm_eps: float = 1e-5                 # every norm's epsilon (BERT: 1e-12)
 
     def __post_init__(self) -> None:
         self.check_heads()
@@ -53,6 +54,8 @@ class LayerConfig(HeadLayout):
             raise ValueError(f"d_ff must be positive, got {self.d_ff}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if not self.norm_eps > 0:
+            raise ValueError(f"norm_eps must be positive, got {self.norm_eps}")
 
     @property
     def ff_dim(self) -> int:
@@ -68,6 +71,7 @@ class TransformerConfig(LayerConfig):
     n_layers: int = 6                      # per stack: an encoder-decoder has n_layers + n_layers
     positions: PositionKind = "sinusoidal"
     max_seq_len: int = 2048                # only bounds learned positions
+    embed_norm: bool = False               # a norm on the embeddings, before the first block (BERT)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -96,12 +100,16 @@ class EncoderConfig(TransformerConfig):
     """Encoder-only classifier."""
 
     n_classes: int = 2
-    pool: Literal["cls", "mean"] = "cls"   # cls: the first token's output (BERT); mean: over tokens
+    # cls: the first token's output; cls_tanh: BERT's pooler, tanh(W·h_cls + b); mean: over tokens
+    pool: Literal["cls", "cls_tanh", "mean"] = "cls"
+    token_types: int = 0                   # BERT's segment embeddings (2); the inputs are all segment 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.n_classes <= 0:
             raise ValueError(f"n_classes must be positive, got {self.n_classes}")
+        if self.token_types < 0:
+            raise ValueError(f"token_types must be >= 0, got {self.token_types}")
 
 
 @dataclass(frozen=True)
@@ -127,7 +135,7 @@ def make_block(cfg: LayerConfig, cross: bool = False) -> Block:
                          dropout=cfg.dropout, bias=cfg.bias)
 
     def residual() -> nn.Module:
-        return RESIDUALS[cfg.norm_placement](make_norm(cfg.norm, cfg.d_model), cfg.dropout)
+        return RESIDUALS[cfg.norm_placement](make_norm(cfg.norm, cfg.d_model, cfg.norm_eps), cfg.dropout)
 
     mlp = MLP(cfg.d_model, cfg.ff_dim, cfg.activation, cfg.dropout, cfg.bias)
     return Block(attention("self"), mlp, residual, attention("cross") if cross else None)
@@ -144,9 +152,10 @@ class Stack(nn.Module):
         super().__init__()
         self.causal = self.masked_by_design = causal      # counterfactual() may switch ``causal`` off
         self.pos = make_positions(cfg.positions, cfg.d_model, cfg.max_seq_len, cfg.n_heads)
+        self.embed_norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) if cfg.embed_norm else None
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(make_block(cfg, cross) for _ in range(cfg.n_layers))
-        self.norm = make_norm(cfg.norm, cfg.d_model) if cfg.norm_placement == "pre" else nn.Identity()
+        self.norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) if cfg.norm_placement == "pre" else nn.Identity()
 
     def forward(self, x: Tensor, context: Tensor | None = None,
                 caches: list[KVCache] | list[StaticKVCache] | None = None) -> Tensor:
@@ -154,7 +163,8 @@ class Stack(nn.Module):
             raise ValueError(f"need one KVCache per layer ({len(self.blocks)}), got {len(caches)}")
         t = x.shape[1]
         offset, s = caches[0].span(t) if caches else (0, t)               # s: the keys each query attends over
-        x = self.drop(self.pos.embed(x, offset))                          # (B, T, d)
+        x = self.pos.embed(x, offset)                                     # (B, T, d)
+        x = self.drop(x if self.embed_norm is None else self.embed_norm(x))
         bias = self.pos.bias(t, s, offset, x.device, x.dtype)             # (H, T, S) or None
         for block, cache in zip(self.blocks, caches or repeat(None)):
             x = block(x, context, causal=self.causal, bias=bias, rotate=self.pos.rotate, cache=cache)
@@ -257,15 +267,22 @@ class Encoder(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.segments = nn.Embedding(cfg.token_types, cfg.d_model) if cfg.token_types else None
         self.stack = Stack(cfg, causal=False)
+        self.pooler = nn.Linear(cfg.d_model, cfg.d_model) if cfg.pool == "cls_tanh" else None
         self.head = nn.Linear(cfg.d_model, cfg.n_classes)
 
     def features(self, tokens: Tensor) -> Tensor:                         # (B, T) -> (B, T, d)
-        return self.stack(self.tok(tokens))
+        x = self.tok(tokens)                                              # (B, T, d)
+        if self.segments is not None:
+            x = x + self.segments.weight[0]                               # every token in segment 0
+        return self.stack(x)
 
     def forward(self, tokens: Tensor) -> Tensor:
         h = self.features(tokens)                                         # (B, T, d)
-        pooled = h[:, 0] if self.cfg.pool == "cls" else h.mean(dim=1)     # (B, d)
+        pooled = h.mean(dim=1) if self.cfg.pool == "mean" else h[:, 0]    # (B, d)
+        if self.pooler is not None:
+            pooled = torch.tanh(self.pooler(pooled))                      # (B, d)
         return self.head(pooled)                                          # (B, n_classes)
 
 
@@ -311,9 +328,10 @@ DECODERS: dict[str, DecoderConfig] = {
     "decoder-llama-small": DecoderConfig(**_D_SMALL, n_kv_heads=2, positions="rope", norm="rmsnorm",
                                          activation="swiglu", d_ff=1536, bias=False),
     "decoder-base": DecoderConfig(vocab_size=32000, d_model=768, n_layers=12, n_heads=12),
-    # GPT-2 small: 124,439,808 parameters, exactly as released.
+    # GPT-2 small: 124,439,808 parameters, exactly as released; GELU in its tanh approximation (GPT-2's
+    # "gelu_new"). Weight for weight the same model as transformers' GPT2LMHeadModel (tests/test_hf_vs_ours.py).
     "gpt2-small": DecoderConfig(vocab_size=50257, d_model=768, n_layers=12, n_heads=12, positions="learned",
-                                max_seq_len=1024, tie_embeddings=True),
+                                max_seq_len=1024, tie_embeddings=True, activation="gelu_tanh"),
 }
 
 ENCODERS: dict[str, EncoderConfig] = {
@@ -322,6 +340,12 @@ ENCODERS: dict[str, EncoderConfig] = {
     # token-type embeddings (1,536), embedding LayerNorm (1,536) or tanh pooler (590,592); + a 2-class head.
     "encoder-base": EncoderConfig(vocab_size=30522, d_model=768, n_layers=12, n_heads=12, positions="learned",
                                   max_seq_len=512, norm_placement="post"),
+    # BERT-base as released, with a 2-class head: segment embeddings, embedding LayerNorm, tanh pooler,
+    # LayerNorm eps 1e-12 — 109,483,778 parameters = transformers' BertForSequenceClassification (BertModel's
+    # 109,482,240 + 1,538), and weight for weight the same model (tests/test_hf_vs_ours.py).
+    "bert-base": EncoderConfig(vocab_size=30522, d_model=768, n_layers=12, n_heads=12, positions="learned",
+                               max_seq_len=512, norm_placement="post", norm_eps=1e-12, embed_norm=True,
+                               token_types=2, pool="cls_tanh"),
 }
 
 ENCODER_DECODERS: dict[str, EncoderDecoderConfig] = {

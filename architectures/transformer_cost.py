@@ -73,10 +73,11 @@ def block_macs(cfg: Any, batch: int, t: int, s_context: int | None = None, kv_le
 
 
 def stack_params(cfg: Any, cross: bool = False) -> int:
-    """Positions + n_layers blocks + final norm (pre-norm)."""
+    """Positions + embedding norm (if any) + n_layers blocks + final norm (pre-norm)."""
     positions = cfg.max_seq_len * cfg.d_model if cfg.positions == "learned" else 0
     final = norm_params(cfg) if cfg.norm_placement == "pre" else 0
-    return positions + cfg.n_layers * block_params(cfg, cross) + final
+    embed = norm_params(cfg) if getattr(cfg, "embed_norm", False) else 0
+    return positions + embed + cfg.n_layers * block_params(cfg, cross) + final
 
 
 def stack_macs(cfg: Any, batch: int, t: int, s_context: int | None = None, kv_len: int | None = None) -> int:
@@ -96,7 +97,10 @@ def decoder_params(cfg: Any) -> int:
 
 
 def encoder_params(cfg: Any) -> int:
-    return cfg.vocab_size * cfg.d_model + stack_params(cfg) + _linear(cfg.d_model, cfg.n_classes, True)
+    """Token (+ segment) embeddings, the stack, the pooler (``cls_tanh``) and the class head."""
+    pooler = _linear(cfg.d_model, cfg.d_model, True) if cfg.pool == "cls_tanh" else 0
+    return ((cfg.vocab_size + cfg.token_types) * cfg.d_model + stack_params(cfg) + pooler
+            + _linear(cfg.d_model, cfg.n_classes, True))
 
 
 def encoder_decoder_params(cfg: Any) -> int:
@@ -112,7 +116,8 @@ def decoder_cost(cfg: Any, w: Workload) -> dict[str, int]:
 
 
 def encoder_cost(cfg: Any, w: Workload) -> dict[str, int]:
-    macs = stack_macs(cfg, w.batch_size, need_seq_len(w)) + w.batch_size * cfg.d_model * cfg.n_classes
+    pooler = w.batch_size * cfg.d_model * cfg.d_model if cfg.pool == "cls_tanh" else 0
+    macs = stack_macs(cfg, w.batch_size, need_seq_len(w)) + pooler + w.batch_size * cfg.d_model * cfg.n_classes
     return {"params": encoder_params(cfg), "macs": macs}
 
 

@@ -42,8 +42,11 @@ def list_cmd(what: str, pattern: str, plugins: tuple[str, ...]) -> None:
         for name in registry.list_archs(pattern):
             spec = registry.get(name)
             out.print(f"{name:<28} [dim]{spec.family:<12} {spec.description}[/]")
+        for name, description in registry.namespace_presets(pattern).items():
+            out.print(f"{name:<28} [dim]{name.partition(':')[0]:<12} {description}[/]")
         for ns in registry.namespaces():
-            out.print(f"{ns + ':NAME':<28} [dim]namespace (e.g. {ns}:resnet50)[/]")
+            example = next(iter(registry.namespace_presets(f"{ns}:*")), f"{ns}:resnet50")
+            out.print(f"{ns + ':NAME':<28} [dim]namespace (e.g. {example})[/]")
     else:
         for path in list_suites():
             if fnmatch.fnmatch(path.stem, pattern):

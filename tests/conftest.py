@@ -40,12 +40,13 @@ COLLECTED_SERIALLY = SERIAL_MODULES | PARTLY_SERIAL_MODULES
 """The modules the serial phase collects (:func:`pytest_ignore_collect`): a ``serial`` test anywhere else is refused."""
 
 
-SLOW_MODULES_FIRST = ("test_claims_round3_c02", "test_executor_ray", "test_executor", "test_overhead",
+SLOW_MODULES_FIRST = ("test_claims_round3_c02", "test_hf_models", "test_executor_ray", "test_executor", "test_overhead",
                       "test_report_browser", "test_concurrent_runs", "test_faults_pg", "test_report", "test_resume",
                       "test_faults", "test_pytest_plugin", "test_vision", "test_ab_versions", "test_cli",
                       "test_timm_models", "test_roofline", "test_vision_zoo",
                       "test_packaging", "test_claims_cost", "test_transformer", "test_docs_readme",
-                      "test_docs_metrics")
+                      "test_docs_metrics",
+                      "test_hf_vs_ours")
 """The modules that take longest (`pytest --durations`, summed per module, 2 cores; re-ranked in round 6 from a fresh
 clone's `make test` at 578fc40, test_executor less what round 6 saved), longest first: `make test`'s
 parallel phase hands out whole modules (``--dist loadfile``) in the order of the collection

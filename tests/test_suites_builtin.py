@@ -8,7 +8,7 @@ from harness.contract import registry
 from harness.contract.suite import list_suites, load_suite
 
 SUITES = list_suites()
-NEEDS = {"vision_zoo": "timm"}
+NEEDS = {"vision_zoo": "timm", "hf_vs_ours": "transformers"}
 """Suites whose lines need an optional extra: their tests skip without it (`make test` installs every extra)."""
 
 
@@ -88,6 +88,8 @@ PINNED_CPU_KEYS = {
     ("vision_frontier", True): (8, "80fc96ee9b352e1b"),
     ("training", False): (44, "d6a05f2e28c72fe0"),
     ("training", True): (6, "b27538ac77d76448"),
+    ("hf_vs_ours", False): (10, "a89d1b13a2464095"),
+    ("hf_vs_ours", True): (10, "c1a31ff3852984af"),
 }
 """(suite, --quick) -> (cases, sha1 of their keys in order) without --device cuda, taken before the [cuda] tables
 were added: a CPU run of every built-in suite keeps its cases and keys (stored runs, --resume and the CI

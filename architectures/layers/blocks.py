@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 
 NormKind = Literal["layernorm", "rmsnorm"]
-Activation = Literal["relu", "gelu", "swiglu"]
+Activation = Literal["relu", "gelu", "gelu_tanh", "swiglu"]   # gelu_tanh: GPT-2's tanh approximation
 
 
 def make_norm(kind: NormKind, d: int, eps: float = 1e-5) -> nn.Module:
@@ -29,12 +29,17 @@ def _identity(x: Tensor) -> Tensor:
     return x
 
 
+def _gelu_tanh_(x: Tensor) -> Tensor:
+    return torch.ops.aten.gelu_(x, approximate="tanh")
+
+
 _IN_PLACE: dict[str, Callable[[Tensor], Tensor]] = {
-    "relu": torch.relu_, "gelu": torch.ops.aten.gelu_, "swiglu": torch.ops.aten.silu_}
+    "relu": torch.relu_, "gelu": torch.ops.aten.gelu_, "gelu_tanh": _gelu_tanh_, "swiglu": torch.ops.aten.silu_}
 
 
 class MLP(nn.Module):
-    """Position-wise feed-forward: d → d_ff → d with ReLU/GELU, or gated SwiGLU (two input matrices).
+    """Position-wise feed-forward: d → d_ff → d with ReLU/GELU (exact, or GPT-2's tanh approximation), or gated
+    SwiGLU (two input matrices).
 
     The activation runs in place on the up-projection's fresh output whenever autograd does not need
     that output (under no_grad/inference): the same numbers, one (B, T, d_ff) allocation and memory pass
@@ -48,7 +53,8 @@ class MLP(nn.Module):
         super().__init__()
         self.gated = activation == "swiglu"
         self.up = nn.Linear(d, 2 * d_ff if self.gated else d_ff, bias=bias)
-        self.act = {"relu": nn.ReLU(), "gelu": nn.GELU(), "swiglu": nn.SiLU()}[activation]
+        self.act = {"relu": nn.ReLU(), "gelu": nn.GELU(), "gelu_tanh": nn.GELU(approximate="tanh"),
+                    "swiglu": nn.SiLU()}[activation]
         self.activation = activation
         self.down = nn.Linear(d_ff, d, bias=bias)
         self.drop = make_dropout(dropout)

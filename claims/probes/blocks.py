@@ -16,6 +16,7 @@ from claims.model import Chart, Evidence, Figure
 from claims.probes import built_params, probe, timed_ratio
 from claims.probes.cost import eager_score_bytes, score_rss_bytes
 from harness.instruments.flops import count_params
+from harness.contract.errors import BenchInputError
 from harness.contract.registry import resolve
 from harness.analysis.stats import fit_loglog
 from harness.instruments.load import LoadMonitor
@@ -35,7 +36,28 @@ NAMED = {
 }
 
 
-@probe("named_sizes", figures=tuple(f"params_{k}" for k in NAMED) + ("params_gpt2_released", "mha_over_gqa_params_70b"))
+# Side figures: the same shapes as transformers' own models (the `hf` extra), built from their config classes.
+TRANSFORMERS_SAME = {
+    "bert_base": ("hf:bert-base-uncased", {}),
+    "gpt2": ("hf:gpt2", {}),
+    "llama2_70b": ("hf:llama", dict(vocab_size=32000, hidden_size=8192, num_hidden_layers=80, num_attention_heads=64,
+                                    num_key_value_heads=8, intermediate_size=28672, max_position_embeddings=4096)),
+}
+
+
+def transformers_side(ev: Evidence, figure: str, arch: str, over: dict, count: Callable[[str, dict], float],
+                      unit: str, note: str) -> None:
+    """``count(arch, over)`` as the side figure ``figure`` (a count on transformers' model of the same config), or
+    the figure marked unavailable, with the reason, where transformers is not installed."""
+    try:
+        value = count(arch, over)
+        ev.figures[figure] = Figure(float(value), unit=unit, note=f"{note}: {value:,}")
+    except BenchInputError as exc:
+        ev.unavailable[figure] = str(exc)
+
+
+@probe("named_sizes", figures=tuple(f"params_{k}" for k in NAMED) + ("params_gpt2_released", "mha_over_gqa_params_70b")
+       + tuple(f"params_{k}_transformers" for k in TRANSFORMERS_SAME))
 def named_sizes(ctx: Context | None) -> Evidence:
     """Parameter counts of the configurations 000 names, counted on the modules built on the meta device
     (the analytic cost formula is tested equal to these, not used in their place)."""
@@ -56,6 +78,11 @@ def named_sizes(ctx: Context | None) -> Evidence:
     mha = built_params(preset, **{**over, "n_kv_heads": 64})
     ev.figures["mha_over_gqa_params_70b"] = Figure(mha / built_params(preset, **over), unit="×",
                                                    note=f"the 70B shape with 64 K/V heads: {mha:,} parameters")
+    for key, (arch, over) in TRANSFORMERS_SAME.items():
+        ours = ev.figures[f"params_{key}"].value
+        transformers_side(ev, f"params_{key}_transformers", arch, over, lambda a, o: built_params(a, **o), "params",
+                          f"side figure: transformers' {arch} of the same shape, built from its config class on the "
+                          f"meta device (ours {ours:,.0f})")
     ev.notes.append("encoder-base has no token-type embeddings, embedding LayerNorm or pooler (BertModel "
                     "has 109,482,240); gpt2-small is GPT-2 as released (124,439,808: the paper's 117M was "
                     "an undercount)")

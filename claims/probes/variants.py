@@ -14,7 +14,7 @@ from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure, mean_ci
 from claims.probes import mean_chart, median_ratio, probe, select, series, timed_ratio
 from claims.probes import generation as gen
-from claims.probes.blocks import NAMED
+from claims.probes.blocks import NAMED, TRANSFORMERS_SAME, transformers_side
 from harness.instruments.memory import LiveTensorTracker
 from harness.contract.records import CaseRecord
 from harness.contract.registry import resolve
@@ -200,7 +200,19 @@ def gqa(ctx: Context) -> Evidence:
     return _kv_variant(ctx, 32, 8, 2, "gqa")
 
 
-@probe("kv_70b", figures=("doc_over_mha_70b", "doc_over_gqa_70b"))
+def transformers_kv_values(arch: str, over: dict) -> int:
+    """Values per token in transformers' own ``StaticCache`` of ``arch`` (an ``hf:`` name): one token prefilled
+    into a one-position cache by the model built on the meta device; the keys' and values' elements counted."""
+    spec = resolve(arch, **over)
+    with torch.device("meta"):
+        model = spec.build(spec.config).eval()
+        state = model.generation_state(1, 1)
+        with torch.no_grad():
+            model.prefill(torch.zeros(1, 1, dtype=torch.long), state)
+    return sum(layer.keys.numel() + layer.values.numel() for layer in state.cache.layers)
+
+
+@probe("kv_70b", figures=("doc_over_mha_70b", "doc_over_gqa_70b", "kv_values_gqa_70b_transformers"))
 def kv_70b(ctx: Context) -> Evidence:
     """LLaMA-2 70B: 80 layers, d_model 8192, 64 query heads of 128, 8 KV heads (GQA). Values per token."""
     doc = 8192 * 64 * 2
@@ -215,6 +227,10 @@ def kv_70b(ctx: Context) -> Evidence:
     ev.figures["doc_over_gqa_70b"] = Figure(doc / values["GQA-8"], unit="×",
                                             note=f"document {doc:,} vs the real GQA-8 70B {values['GQA-8']:,} "
                                                  f"values/token ({values['GQA-8'] * 2 / 2**10:,.0f} KiB in fp16)")
+    arch, over_hf = TRANSFORMERS_SAME["llama2_70b"]
+    transformers_side(ev, "kv_values_gqa_70b_transformers", arch, over_hf, transformers_kv_values, "values/token",
+                      f"side figure: transformers' StaticCache of LlamaForCausalLM with the 70B config, after one token "
+                      f"(meta device; ours {values['GQA-8']:,})")
     ev.chart = Chart("KV cache per token, LLaMA-2 70B shape", "", "values per token (millions)", {
         "document: 8192×64×2": [("document", doc / 1e6, None, None)],
         "MHA (64 KV heads)": [("MHA", values["MHA"] / 1e6, None, None)],

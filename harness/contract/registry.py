@@ -9,7 +9,7 @@ import dataclasses
 import fnmatch
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from harness.contract.errors import BenchInputError
@@ -18,6 +18,7 @@ from harness.contract.spec import ArchSpec
 
 _ARCHS: dict[str, ArchSpec] = {}
 _NAMESPACES: dict[str, Callable[[str], ArchSpec]] = {}
+_NAMESPACE_PRESETS: dict[str, Callable[[], Mapping[str, str]]] = {}
 _loaded = False
 
 
@@ -31,11 +32,15 @@ def register(spec: ArchSpec) -> ArchSpec:
     return spec
 
 
-def register_namespace(prefix: str, resolver: Callable[[str], ArchSpec]) -> None:
-    """Resolve ``prefix:NAME`` with ``resolver(NAME)``."""
+def register_namespace(prefix: str, resolver: Callable[[str], ArchSpec],
+                       presets: Callable[[], Mapping[str, str]] | None = None) -> None:
+    """Resolve ``prefix:NAME`` with ``resolver(NAME)``; ``presets()`` gives the ``prefix:NAME`` a listing shows (the
+    namespace's named presets) with their descriptions, as plain data: listing them resolves nothing."""
     if prefix in _NAMESPACES:
         raise ValueError(f"namespace {prefix!r} is already registered")
     _NAMESPACES[prefix] = resolver
+    if presets is not None:
+        _NAMESPACE_PRESETS[prefix] = presets
 
 
 def _ensure_loaded() -> None:
@@ -53,6 +58,14 @@ def list_archs(pattern: str = "*") -> list[str]:
     """Registered preset names matching a shell-style wildcard, sorted."""
     _ensure_loaded()
     return sorted(n for n in _ARCHS if fnmatch.fnmatchcase(n, pattern))
+
+
+def namespace_presets(pattern: str = "*") -> dict[str, str]:
+    """The named presets of the namespaces (``prefix:NAME`` → description) matching a shell-style wildcard, sorted
+    by name; never part of :func:`list_archs` (which tests parametrize over)."""
+    _ensure_loaded()
+    found = {n: d for presets in _NAMESPACE_PRESETS.values() for n, d in presets().items()}
+    return {n: found[n] for n in sorted(found) if fnmatch.fnmatchcase(n, pattern)}
 
 
 def namespaces() -> list[str]:
