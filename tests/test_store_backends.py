@@ -98,8 +98,9 @@ def test_a_schema_4_store_is_upgraded_with_run_leases(store_url_of):
     store = Store(store_url_of)
     run = _run(store)
     store.add_record(run, _rec("k1"))
-    with store.engine.begin() as conn:                              # back to schema 4: no run_leases table
+    with store.engine.begin() as conn:                 # back to schema 4: no run_leases table, no invocation column
         conn.execute(sa.text("DROP TABLE run_leases"))
+        conn.execute(sa.text("ALTER TABLE runs DROP COLUMN invocation"))
         conn.execute(sa.text("UPDATE bench_meta SET value = '4' WHERE key = 'schema_version'"))
     old = Store(store_url_of, create=False)
     assert old.version == 4 and old.lease(run) is None and old.records(run)[0].case_key == "k1"
