@@ -91,10 +91,16 @@ def test_no_power_reading_leaves_the_cross_check_absent():
 
 
 def test_window_stops_at_its_cap_and_says_the_step_bound_was_not_met():
-    m = FakeMeter(power=100.0, step_j=5.0)
-    r = measure_energy(busy(), m, EnergyConfig(min_window_s=0.05, max_window_s=0.3, poll_s=0.001))
+    """On a virtual clock (each call 10 ms of it), so the window's length is counted, not timed."""
+    now = [0.0]
+
+    def call() -> None:
+        now[0] += 0.01
+    m = FakeMeter(power=100.0, step_j=5.0, clock=lambda: now[0])
+    cfg = EnergyConfig(min_window_s=0.05, max_window_s=0.3, poll_s=0.001)
+    r = measure_energy(call, m, cfg, clock=lambda: now[0])
     assert not r.step_ok and r.step_j > 0.02 * r.energy_j
-    assert r.window_s < 0.6
+    assert r.window_s <= cfg.max_window_s + 1e-9 and r.window_s == pytest.approx(r.calls * 0.01)
     assert r.metrics(1)["energy_step_share"] > 0.02
 
 

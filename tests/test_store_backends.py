@@ -215,10 +215,14 @@ def test_sqlite_uses_wal_and_a_writer_waits_for_the_lock(tmp_path):
         assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == store_mod.BUSY_TIMEOUT_MS
     other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     other.execute("BEGIN EXCLUSIVE")                                 # another writer holds the lock for 1 s
-    threading.Timer(1.0, other.execute, ("COMMIT",)).start()
-    t0 = time.monotonic()
+    released = threading.Event()
+
+    def release() -> None:
+        released.set()                                               # (before: the waiting writer runs at COMMIT)
+        other.execute("COMMIT")
+    threading.Timer(1.0, release).start()
     assert store.add_record(run, _rec("k1"))                         # waited for it, did not fail
-    assert time.monotonic() - t0 > 0.8 and store.stored_keys(run) == {"k1"}
+    assert released.is_set() and store.stored_keys(run) == {"k1"}    # ... and wrote only after it was released
     other.close()
 
 

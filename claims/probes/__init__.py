@@ -113,7 +113,7 @@ def busy_reason(records: Sequence[CaseRecord | None]) -> str:
         return ""
     loads = [r.metric("load_others_cores") for r in busy]
     threads = max(r.metric("threads") or 1.0 for r in busy)
-    # several threads per case share a busy core at every barrier: a bias every process shares (README, issue 25)
+    # several threads per case share a busy core at every barrier: a bias every process shares (README, "How a case is measured")
     hint = f"; {threads:g} threads per case: --threads 1 keeps the timing off the busy core" if threads > 1 else ""
     return (f"machine busy: other processes used up to {max(loads):.2f} cores while "
             f"{len(busy)} of the timed cases ran (limit {BUSY_CORES}){hint}")

@@ -350,7 +350,7 @@ def paired_ratio(a_samples: Sequence[float], a_rounds: Sequence[int], b_samples:
     return PairedRatio(centre, lo, hi, len(per), tuple(per))
 
 
-# -- affine costs: cost = floor + slope·x (issue 26 item 6) --------------------------------------------------
+# -- affine costs: cost = floor + slope·x -----------------------------------------------------------------
 FLOOR_NEGLIGIBLE = 0.10
 """A point is past the floor when the fitted floor is at most this share of its cost: only such points may carry
 a power-law exponent (below, the exponent of floor + slope·x measures the floor, not the scaling)."""

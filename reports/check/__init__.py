@@ -25,7 +25,7 @@ and ``floor = max(MIN_EFFECT, NOISE_MULTIPLE · max(round CV of the baseline, ro
   regression or improvement measured while other processes used more than half a core
   (``load_busy``, :mod:`harness.instruments.load`): a busy machine decides nothing.
 
-**Over processes** (issue 25): where both sides were measured in two or more worker processes
+**Over processes**: where both sides were measured in two or more worker processes
 (``n_processes``; their rounds process by process, :func:`harness.analysis.process_stats.process_groups`), the ratio is
 the geometric mean of the candidate's per-process medians over the baseline's, with a two-level bootstrap
 interval (:func:`harness.analysis.process_stats.process_ratio`; per pair of processes with ``--against``:
