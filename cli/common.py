@@ -168,11 +168,21 @@ def load_plugins(plugins: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(str(Path(p).resolve()) for p in plugins)
 
 
+class HidePasswords(logging.Filter):
+    """A log record's text with every password hidden (harness.contract.secrets), whatever logged it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = hide_passwords(record.getMessage()), None
+        return True
+
+
 def show_logs() -> None:
-    """Route the library's ``bench`` logger (progress notes, warnings) to stderr, once."""
+    """Route the library's ``bench`` logger (progress notes, warnings) to stderr, once, passwords hidden."""
     logger = logging.getLogger("bench")
     if not any(isinstance(h, RichHandler) for h in logger.handlers):
-        logger.addHandler(RichHandler(console=err, show_time=False, show_path=False, show_level=False,
-                                      markup=False, rich_tracebacks=False))
+        handler = RichHandler(console=err, show_time=False, show_path=False, show_level=False, markup=False,
+                              rich_tracebacks=False)
+        handler.addFilter(HidePasswords())
+        logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     logger.propagate = False

@@ -112,3 +112,29 @@ def test_every_command_on_a_password_store_keeps_the_password_out(postgres_url, 
     assert len(written) >= 7
     for path in written:
         assert SECRET.encode() not in path.read_bytes(), path
+
+
+def test_a_log_line_that_names_a_password_url_is_shown_without_it(capsys) -> None:
+    import logging
+
+    from cli.common import show_logs
+    show_logs()
+    logging.getLogger("bench").warning("store %s went away", NOWHERE)
+    said = capsys.readouterr().err
+    assert SECRET not in said and f"alice:{MASK}@" in said
+
+
+def test_an_older_store_that_kept_a_password_in_a_runs_argv_is_cleaned_when_upgraded(tmp_path) -> None:
+    """A run stored by an older bench kept its argv (``--store URL``) with the password: read, it is shown hidden;
+    opened for writing, the upgrade to the schema that stores invocations rewrites the row without it."""
+    url = f"sqlite:///{tmp_path / 'results.sqlite'}"
+    store = db.Store(url)
+    run = store.create_run("s", "s.toml", True, 0, {}, {})
+    with store.engine.begin() as conn:          # as an older bench wrote it: the raw argv, schema 5
+        conn.execute(db.runs.update().values(options={"argv": ["runs", "--store", NOWHERE]}))
+        conn.execute(sa.text("ALTER TABLE runs DROP COLUMN invocation"))
+        conn.execute(sa.text("UPDATE bench_meta SET value = '5' WHERE key = 'schema_version'"))
+    old = db.Store(url, create=False)
+    assert old.version == 5 and old.get_run(run).options["argv"][-1] == hide_passwords(NOWHERE)
+    db.Store(url)                               # opened for writing: upgraded in place
+    assert SECRET not in _stored_text(url)
