@@ -1,5 +1,5 @@
 """Built-in architectures. Importing this package imports every module in it, and each module
-registers its own presets (``harness.contract.registry.register``) — a new family is a new file here."""
+registers its own presets (``harness.api.register``) — a new family is a new file here."""
 from __future__ import annotations
 
 import importlib

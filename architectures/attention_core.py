@@ -15,8 +15,7 @@ from torch import Tensor, nn
 
 from architectures.inputs import need_seq_len
 from architectures.layers.attention import AttnImpl, ExactCore, HeadLayout, Heads, core_fn
-from harness.contract.registry import register
-from harness.contract.spec import ArchSpec, Workload
+from harness.api import ArchSpec, Workload, register
 
 
 @dataclass(frozen=True)

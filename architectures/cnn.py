@@ -15,8 +15,7 @@ from torch import Tensor, nn
 from architectures.inputs import image_inputs
 from architectures.torchvision_models import TorchvisionConfig
 from architectures.torchvision_models import build as build_torchvision
-from harness.contract.registry import register
-from harness.contract.spec import ArchSpec, Workload
+from harness.api import ArchSpec, Workload, register
 
 # friendly name -> torchvision builder
 TORCHVISION_PRESETS: dict[str, str] = {

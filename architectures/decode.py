@@ -27,8 +27,7 @@ from architectures import transformer_cost as tc
 from architectures.inputs import tiled_randn
 from architectures.layers.attention import KVCache
 from architectures.transformer import DECODERS, Decoder, DecoderConfig, _describe, _small, lm_logits
-from harness.contract.registry import register
-from harness.contract.spec import ArchSpec, Workload
+from harness.api import ArchSpec, Workload, register
 
 
 @dataclass(frozen=True)

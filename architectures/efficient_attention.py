@@ -29,8 +29,7 @@ from architectures.layers.efficient import (
 )
 from architectures.layers.positions import PositionKind, make_positions
 from architectures.transformer import TransformerConfig
-from harness.contract.registry import register
-from harness.contract.spec import ArchSpec, Workload
+from harness.api import ArchSpec, Workload, register
 
 AttentionKind = Literal["exact", "window", "linformer", "performer", "bigbird", "longformer"]
 

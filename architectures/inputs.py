@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from harness.contract.spec import Workload
+from harness.api import Workload
 
 
 def need_seq_len(w: Workload) -> int:

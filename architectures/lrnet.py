@@ -57,8 +57,7 @@ from torch.utils.flop_counter import register_flop_formula
 
 from architectures.cnn import shortcut
 from architectures.inputs import image_inputs
-from harness.contract.registry import register
-from harness.contract.spec import ArchSpec, Workload
+from harness.api import ArchSpec, Workload, register
 
 # ------------------------------------------------------------------------------------------------
 # Window ops: (B, G, ·, H, W) tensors, k×k windows with padding k//2 and stride s

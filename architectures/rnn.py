@@ -14,8 +14,7 @@ from typing import Literal
 from torch import Tensor, nn
 
 from architectures.inputs import need_seq_len, token_inputs
-from harness.contract.registry import register
-from harness.contract.spec import ArchSpec, Workload
+from harness.api import ArchSpec, Workload, register
 
 SeqKind = Literal["lstm", "gru", "rnn", "conv1d"]
 RECURRENT: dict[str, type[nn.RNNBase]] = {"lstm": nn.LSTM, "gru": nn.GRU, "rnn": nn.RNN}

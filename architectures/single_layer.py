@@ -17,8 +17,7 @@ from architectures import transformer_cost as tc
 from architectures.inputs import hidden_inputs, need_seq_len
 from architectures.layers.attention import Attention, AttnImpl, ExactCore, HeadLayout, Heads, core_fn
 from architectures.transformer import LayerConfig, make_block
-from harness.contract.registry import register
-from harness.contract.spec import ArchSpec, Workload
+from harness.api import ArchSpec, Workload, register
 
 
 @dataclass(frozen=True)

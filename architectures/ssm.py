@@ -30,8 +30,7 @@ from torch import Tensor, nn
 from architectures.inputs import need_seq_len, token_inputs
 from architectures.layers.blocks import NormKind, make_norm
 from architectures.layers.ssm import FWD_MACS_PER_STATE, MambaBlock, S4DBlock, SSMBlock
-from harness.contract.registry import register
-from harness.contract.spec import ArchSpec, Workload
+from harness.api import ArchSpec, Workload, register
 
 SSMKind = Literal["s4d", "mamba"]
 

@@ -20,8 +20,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from architectures.inputs import image_inputs
 from architectures.layers.attention import Attention, AttnImpl
 from architectures.layers.blocks import MLP, PreNorm, make_norm
-from harness.contract.registry import register
-from harness.contract.spec import ArchSpec, Workload
+from harness.api import ArchSpec, Workload, register
 
 MASK_VALUE = -100.0   # the reference implementation's additive mask between shifted regions
 

@@ -33,9 +33,7 @@ from typing import NamedTuple
 from torch import nn
 
 from architectures.inputs import image_inputs
-from harness.contract.errors import BenchInputError
-from harness.contract.registry import register_namespace
-from harness.contract.spec import ArchSpec
+from harness.api import ArchSpec, BenchInputError, register_namespace
 
 TIMM_MISSING = "timm is not installed: pip install -c constraints.txt -e '.[timm]'"
 PUBLISHED_CSV = Path(__file__).parent / "data" / "timm_published.csv"

@@ -24,8 +24,7 @@ from torch import Tensor, nn
 from architectures import transformer_cost as tc
 from architectures.inputs import hidden_inputs, need_seq_len
 from architectures.layers.attention import exact_mix_macs
-from harness.contract.registry import register
-from harness.contract.spec import ArchSpec, Workload
+from harness.api import ArchSpec, Workload, register
 
 
 @dataclass(frozen=True)

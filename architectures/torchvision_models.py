@@ -12,10 +12,7 @@ from types import ModuleType
 from torch import nn
 
 from architectures.inputs import image_inputs
-from harness.contract.errors import BenchInputError
-from harness.contract.quoted import Quoted
-from harness.contract.registry import register_namespace
-from harness.contract.spec import ArchSpec
+from harness.api import ArchSpec, BenchInputError, Quoted, register_namespace
 
 
 def _torchvision() -> ModuleType:

@@ -28,8 +28,7 @@ from architectures.layers.efficient import SlidingWindowCore
 from architectures.layers.blocks import MLP, RESIDUALS, Activation, Block, NormKind, make_norm
 from architectures.layers.positions import PositionKind, make_positions
 from architectures.transformer_cost import kv_cache_bytes  # noqa: F401  (public here too)
-from harness.contract.registry import register
-from harness.contract.spec import ArchSpec
+from harness.api import ArchSpec, register
 
 
 @dataclass(frozen=True)

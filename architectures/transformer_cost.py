@@ -15,7 +15,7 @@ from typing import Any
 
 from architectures.inputs import need_seq_len
 from architectures.layers.attention import exact_mix_macs
-from harness.contract.spec import Workload
+from harness.api import Workload
 
 
 def _linear(n_in: int, n_out: int, bias: bool) -> int:

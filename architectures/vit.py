@@ -15,8 +15,7 @@ from torch import Tensor, nn
 from architectures.inputs import image_inputs
 from architectures.layers.attention import Attention, AttnImpl
 from architectures.layers.blocks import MLP, Block, PreNorm, make_norm
-from harness.contract.registry import register
-from harness.contract.spec import ArchSpec, Workload
+from harness.api import ArchSpec, Workload, register
 
 LN_EPS = 1e-6
 

@@ -15,16 +15,18 @@ COMMANDS: dict[str, str] = {
     "run": "cli.runs:run_cmd",
     "runs": "cli.runs:runs_cmd",
     "show": "cli.runs:show_cmd",
-    "export": "cli.runs:export_cmd",
     "compare": "cli.runs:compare_cmd",
-    "merge": "cli.runs:merge_cmd",
+    "report": "cli.report:report",
+    "export": "cli.runs:export_cmd",
     "baseline": "cli.check:baseline_cmd",
     "check": "cli.check:check_cmd",
-    "report": "cli.report:report",
     "claims": "cli.claims:claims",
     "flops": "cli.flops:flops",
+    "merge": "cli.runs:merge_cmd",
 }
-"""Command name → ``module:attribute`` of its click command (tests/test_cli.py checks each name matches)."""
+"""Command name → ``module:attribute`` of its click command (tests/test_cli.py checks each name matches), in the
+order a user meets them, which ``bench --help`` keeps: find what to measure, measure it, read it back, compare and
+report, gate CI, test the claims, then the tools."""
 
 SHORT_HELP: dict[str, str] = {
     "list": "List registered architectures (wildcards allowed) or built-in suites.",
@@ -45,7 +47,7 @@ SHORT_HELP: dict[str, str] = {
              "equal, timings regressed / improved / unchanged / inconclusive (inconclusive ones are measured once "
              "more).",
     "report": "One self-contained HTML report of one or more runs (RUN: an id, an id prefix, or `latest`).",
-    "claims": "Test the documents' claims (C01–C42): a verdict for each, with the figures that decided it, the device "
+    "claims": "Test the documents' claims (claims/claims.toml; `--list` lists them): a verdict for each, with the figures that decided it, the device "
               "that measured them and their provenance.",
     "flops": "MACs of ARCH on one input by three counters side by side: ours (harness.instruments.flops), torch's "
              "stock FlopCounterMode and fvcore's FlopCountAnalysis; totals, or per module with --by-module.",
@@ -59,7 +61,7 @@ class LazyBenchGroup(BenchGroup):
     """:class:`cli.common.BenchGroup` whose commands (:data:`COMMANDS`) are imported on first use."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*COMMANDS, *self.commands})
+        return [*COMMANDS, *sorted(set(self.commands) - set(COMMANDS))]
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.commands and cmd_name in COMMANDS:
@@ -81,7 +83,12 @@ class LazyBenchGroup(BenchGroup):
 @click.group(cls=LazyBenchGroup)
 @click.version_option(package_name="bench")
 def main() -> None:
-    """Benchmark and compare Transformers and their rivals; test the textbook trade-offs."""
+    """Benchmark and compare Transformers and their rivals; test the textbook trade-offs.
+
+    \b
+    Example (a few minutes on a laptop's CPU):
+      bench run vit_vs_cnn --quick     measure a built-in suite, store it, print what it shows
+    """
     from harness.executors.process import skip_main_in_workers
 
     skip_main_in_workers()      # a worker need not import the command line (harness.executors.process)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import click
 
-from cli.common import (check_processes, debug_option, err, load_plugins, out, plugin_option, processes_option,
-                        show_logs, store_option)
+from cli.common import (check_processes, debugging, err, invocation, load_plugins, out, plugin_option,
+                        processes_option, show_logs, store_option)
 from harness.engine.ab import interleave_versions, worktree
 from harness.engine.env import fingerprint
 from harness.contract.errors import BenchInputError
@@ -35,7 +35,8 @@ from reports.labels import case_labels
 def _measure(store: Store, suite: Suite, cases: list[Case], opts: RunOptions, executor: str, quick: bool,
              by: str) -> tuple[RunRecord, list[CaseRecord]]:
     """Measure ``cases`` as a new run of ``suite`` in ``store`` (no calibration: the gate compares runs)."""
-    with Run.open_suite(store, suite, cases, quick=quick, options={"by": by}) as run:
+    with Run.open_suite(store, suite, cases, quick=quick, options={"by": by},
+                        invocation=invocation(executor=executor, processes=opts.processes)) as run:
         run.execute(executor, opts, on_record=lambda r: err.print(
             f"  {r.line} {r.arch} → {r.status}" + (f" {r.metric('median_ms'):.3g} ms" if r.metric("median_ms") else ""),
             highlight=False))
@@ -81,9 +82,8 @@ BASELINE_OCCASIONS = 5
                    "replacing it: a baseline grown over days covers the drift of days.")
 @store_option
 @plugin_option
-@debug_option
 def baseline_cmd(suite_ref: str, output: str, quick: bool, sets: tuple[str, ...], executor: str, processes: int | None,
-                 occasions: int, append: bool, store_url: str | None, plugins: tuple[str, ...], debug: bool) -> None:
+                 occasions: int, append: bool, store_url: str | None, plugins: tuple[str, ...]) -> None:
     """Measure SUITE and write a baseline: every case's deterministic metrics (MACs, params, analytic and
     tensor-peak bytes), RSS, timings with their raw samples in rounds (per occasion, each process's median),
     and the environment fingerprint."""
@@ -96,7 +96,7 @@ def baseline_cmd(suite_ref: str, output: str, quick: bool, sets: tuple[str, ...]
     old = _appendable(output) if append else None
     processes = check_processes(processes, executor, GATE_PROCESSES)
     show_logs()
-    opts = run_options(quick, debug=debug, plugins=plugin_files, processes=processes)
+    opts = run_options(quick, debug=debugging(), plugins=plugin_files, processes=processes)
     err.print(_spending(len(suite.cases), processes)
               + (f"; on {occasions} occasions, one after the other" if occasions > 1 else ""))
     store = Store(store_url)
@@ -170,11 +170,10 @@ input)."""
                    "percent: a blind check is never a pass.")
 @store_option
 @plugin_option
-@debug_option
 def check_cmd(suite_ref: str, baseline_path: str | None, ref: str | None, quick: bool, sets: tuple[str, ...],
               markdown_path: str | None, gate_timing: bool | None, executor: str, processes: int | None,
               target_mde: float, budget: float, max_mde: float | None, store_url: str | None,
-              plugins: tuple[str, ...], debug: bool) -> None:
+              plugins: tuple[str, ...]) -> None:
     """Measure SUITE again and give each case a verdict against a baseline: deterministic metrics must be
     equal; a timing is unchanged only when its whole 95 % interval lies within 5 %, regressed or improved when
     shown beyond it, else inconclusive with the smallest slowdown it could see (MDE). Inconclusive cases are
@@ -199,7 +198,7 @@ def check_cmd(suite_ref: str, baseline_path: str | None, ref: str | None, quick:
     processes = check_processes(processes, executor if ref is None else "process", GATE_PROCESSES)
     show_logs()
     store = Store(store_url)
-    opts = run_options(quick, debug=debug, plugins=plugin_files, processes=processes)
+    opts = run_options(quick, debug=debugging(), plugins=plugin_files, processes=processes)
     if ref is None:
         baseline = load_baseline(baseline_path)
         if baseline.suite != suite.name:
@@ -238,7 +237,8 @@ def check_cmd(suite_ref: str, baseline_path: str | None, ref: str | None, quick:
     sys.exit(1 if report.failed else EXIT_BLIND if blind else 0)
 
 
-def _open_sides(store: Store, suite: Suite, cases: list[Case], quick: bool, ref: str, by: str) -> list[Run]:
+def _open_sides(store: Store, suite: Suite, cases: list[Case], quick: bool, ref: str, by: str,
+                processes: int) -> list[Run]:
     """Two stored runs, REF's (baseline) and this checkout's (candidate), for ``cases`` measured side by side."""
     sides: list[Run] = []
     for side, label in ((0, f"{suite.name}@{ref}"), (1, suite.name)):
@@ -246,7 +246,9 @@ def _open_sides(store: Store, suite: Suite, cases: list[Case], quick: bool, ref:
         if side == 0:
             env["soft"] = {**env["soft"], "commit": ref, "dirty": False}
         sides.append(Run.open(store, label, cases, quick=quick, env=env, options={"by": by, "ref": ref},
-                              suite_path=suite.path, suite_text=suite.text, spec=suite.spec))
+                              suite_path=suite.path, suite_text=suite.text, spec=suite.spec,
+                              invocation=invocation(side="baseline" if side == 0 else "candidate",
+                                                    processes=processes)))
     return sides
 
 
@@ -254,7 +256,7 @@ def _interleaved(store: Store, suite: Suite, cases: list[Case], opts: RunOptions
                  by: str, seed: int = 0) -> tuple[dict[int, RunRecord], list[tuple[CaseRecord, CaseRecord]]]:
     """REF's code and this checkout's, per case in alternating workers (``opts.processes`` a version, at least two);
     both versions' records stored as each pair ends, in two runs."""
-    sides = _open_sides(store, suite, cases, quick, ref, by)
+    sides = _open_sides(store, suite, cases, quick, ref, by, max(2, opts.processes))
 
     def on_pair(b: CaseRecord, c: CaseRecord) -> None:
         sides[0].add(b)

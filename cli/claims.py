@@ -19,7 +19,7 @@ from claims.merge import base_device, merge_runs
 from claims.model import Claim, Verdict
 from claims.record import claims_document, read_verdicts
 from claims.verdicts import run_claims
-from cli.common import (check_max_processes, check_processes, debug_option, err, max_processes_option, out,
+from cli.common import (check_max_processes, check_processes, err, max_processes_option, out,
                         processes_option, show_logs, store_option)
 from harness.engine.env import fingerprint, usable_cores
 from harness.contract.errors import BenchInputError
@@ -46,19 +46,18 @@ DEFAULT_OUTPUT = "results/claims.html"
 @click.option("--list", "list_only", is_flag=True, help="List the claims, what each needs and its estimated minutes (reused stored results count 0); measure "
                    "nothing.")
 @click.option("--device", default="cpu", show_default=True, metavar="cpu|cuda|cuda:N",
-              help="Where to measure. On cuda: the claims with a rule for a GPU (C08, C21, C23), their rules decided "
-                   "there.")
+              help="Where to measure. On cuda: the claims with a rule for a GPU (`--list --device cuda` lists them), "
+                   "their rules decided there.")
 @click.option("--merge", "merge_path", default=None, metavar="OTHER.json",
               help="Join the verdicts `bench claims` wrote on another device (its .json, e.g. a CPU run's "
                    "results/claims.json): each rule decided on its own device, each claim decided again over all "
                    "its rules; the written report holds both.")
 @processes_option(1, "1 by default; N > 1 makes every timing figure's interval one over processes")
 @max_processes_option(f"default {CLAIMS_MAX_FACTOR}×N with --processes N > 1")
-@debug_option
 def claims(quick: bool, only: str | None, output: str, markdown: str | None, store_url: str | None, fresh: bool,
            seeds: str, threads: int | None, force: bool, list_only: bool, device: str, merge_path: str | None,
-           processes: int | None, max_processes: int | None, debug: bool) -> None:
-    """Test the documents' claims (C01–C42): a verdict for each, with the figures that decided it, the device
+           processes: int | None, max_processes: int | None) -> None:
+    """Test the documents' claims (claims/claims.toml; `--list` lists them): a verdict for each, with the figures that decided it, the device
     that measured them and their provenance. Exits 1 (after the table and the report) when a probe failed."""
     catalog = load_catalog()
     device = check_device(device)

@@ -9,11 +9,12 @@ from pathlib import Path
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from cli.common import (check_max_processes, check_processes, debug_option, err, load_plugins, max_processes_option,
-                        out, plugin_option, processes_option, show_logs, store_option)
+from cli.common import (check_max_processes, check_processes, debugging, err, invocation, load_plugins,
+                        max_processes_option, out, plugin_option, processes_option, show_logs, store_option)
 from harness.contract import registry
 from harness.instruments.energy import Absent, find_meter
 from harness.contract.errors import BenchInputError
+from harness.contract.secrets import hide_passwords
 from harness.executors import EXECUTORS
 from harness.executors.devices import check_devices, device_type, parse_devices
 from harness.executors.process import prestart as prestart_worker
@@ -90,13 +91,11 @@ def list_cmd(what: str, pattern: str, plugins: tuple[str, ...]) -> None:
 @processes_option(1, "1 by default, so a run stays short: its intervals then cover one process only")
 @max_processes_option("default N: no more")
 @plugin_option
-@debug_option
 def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | None, resume: bool,
             dry_run: bool, sets: tuple[str, ...], timeout: float | None, executor: str | None, address: str | None,
             devices: str | None, interleave: bool, flush_l2: bool, no_calibrate: bool, report_path: str | None,
             no_report: bool, energy: bool, require_energy: bool, processes: int | None, max_processes: int | None,
-            plugins: tuple[str, ...],
-            debug: bool) -> None:
+            plugins: tuple[str, ...]) -> None:
     """Run SUITE (a path or a built-in suite name), storing every case as it finishes; then print what the
     run shows (fitted exponents and ratios) and write its HTML report. `bench show RUN` has every case."""
     device_list = parse_devices(devices) if devices else ()
@@ -134,8 +133,10 @@ def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | No
         prestart_worker()                # the worker imports torch and the zoo while the run calibrates
     extra = {**({"flush_l2": True} if flush_l2 else {}), **({"energy": True} if energy or require_energy else {})}
     run = Run.open_suite(store, suite, cases, resume=resume, quick=quick, calibrate=not no_calibrate,
-                         options={"timeout": timeout, **extra})
-    opts = run_options(quick, timeout, debug=debug, plugins=plugin_files, interleave=interleave,
+                         options={"timeout": timeout, **extra},
+                         invocation=invocation(executor=executor_name, processes=processes,
+                                               max_processes=max_processes))
+    opts = run_options(quick, timeout, debug=debugging(), plugins=plugin_files, interleave=interleave,
                        energy=energy or require_energy, processes=processes,
                        max_processes=max_processes)
     if flush_l2:
@@ -220,6 +221,26 @@ def render_run(run: RunRecord, records: list[CaseRecord]) -> None:
         out.print(line, highlight=False, soft_wrap=True)
     if run.options.get("overhead"):
         out.print(summary_line(RunOverhead.from_dict(run.options["overhead"])), highlight=False, soft_wrap=True)
+    made = invocation_line(run.invocation)
+    if made:
+        out.print(made, highlight=False, soft_wrap=True, markup=False)
+
+
+def invocation_line(made: dict) -> str:
+    """``made by: bench run SUITE --quick --processes 3 ... (executor process, ...)``: a stored run's command, its
+    arguments and the options it was given (a flag that is off, an option left unset, is not shown), then what the
+    command resolved from them; "" for a run stored without them."""
+    if not made:
+        return ""
+    words = [str(v) for v in (made.get("arguments") or {}).values() if v not in (None, "", [])]
+    for flag, value in (made.get("options") or {}).items():
+        if value in (None, False, [], ""):
+            continue
+        words += [flag] if value is True else [f"{flag} {v}" for v in (value if isinstance(value, list) else [value])]
+    if made.get("debug"):
+        words.append("--debug")
+    resolved = ", ".join(f"{k} {v}" for k, v in (made.get("resolved") or {}).items())
+    return f"made by: {made.get('command', 'bench')} {' '.join(words)}" + (f" ({resolved})" if resolved else "")
 
 
 @click.command("runs")
@@ -324,7 +345,8 @@ def _compare_interleaved(store: Store, a: RunRecord, b: RunRecord, quick: bool, 
     opts = run_options(quick, interleave=True, plugins=plugin_files)
     name = f"compare {a.suite} {a.id} vs {b.id}"
     with Run.open(Store(store.url), name, cases, quick=quick, options={"by": "bench compare --interleave", "a": a.id,
-                                                             "b": b.id, "interleave": True}) as run:
+                                                             "b": b.id, "interleave": True},
+                  invocation=invocation(executor="process")) as run:
         run.execute("process", opts)
     recs = run.records()
     rows = interleaved_rows(pairs, recs)
@@ -345,7 +367,8 @@ def merge_cmd(sources: tuple[str, ...], store_url: str | None) -> None:
     for src in sources:
         url = src if "://" in src else f"sqlite:///{src}"
         runs_added, cases_added = target.merge_from(Store(url, create=False))
-        out.print(f"{src}: {runs_added} runs and {cases_added} cases added to {target.url}", highlight=False)
+        out.print(f"{hide_passwords(src)}: {runs_added} runs and {cases_added} cases added to {target.shown}",
+                  highlight=False)
 
 
 COMMANDS = (list_cmd, run_cmd, runs_cmd, show_cmd, export_cmd, compare_cmd, merge_cmd)

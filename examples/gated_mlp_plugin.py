@@ -15,8 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from harness.contract.registry import register
-from harness.contract.spec import ArchSpec, Workload
+from harness.api import ArchSpec, Workload, register
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """What a run shows, as data: per line the fits of time, memory and MACs vs the swept size — affine (a floor plus
-the marginal cost per unit, :func:`harness.analysis.stats.fit_affine`) where the data have a floor, else the scaling
-exponent over the scaling regime (:func:`harness.analysis.stats.fit_scaling`, the floor reported apart) — and the ratios between lines
-that differ in exactly one parameter, at the largest size both reached. The terminal headline, the
+the marginal cost per unit, with the exponent above the floor) where the data have a floor, else the scaling
+exponent over the scaling regime (the floor reported apart): :func:`harness.analysis.fits.fit_cost`, the one
+fit — and the ratios between lines that differ in exactly one parameter, at the largest size both reached. The terminal headline, the
 report's first section and ``bench show`` all read these (torch-free).
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 from harness.contract.records import CaseRecord, RunRecord
 from harness.analysis.comparison import Comparison, compare_records
-from harness.analysis.stats import AffineFit, ScalingFit, fit_cost
+from harness.analysis.fits import AffineFit, ScalingFit, fit_cost
 from harness.contract.metrics import EXACT_COUNTS
 from reports.frames import is_number, sweep_axis, varying_keys
 
@@ -109,7 +109,7 @@ def _count(records: Sequence[CaseRecord]) -> dict[str, int]:
 
 
 def _fit(records: Sequence[CaseRecord], axis: str, metric: str) -> ScalingFit | AffineFit | None:
-    """:func:`harness.analysis.stats.fit_cost`: affine (floor + marginal cost per unit) where the data have a floor,
+    """:func:`harness.analysis.fits.fit_cost`: affine (floor + marginal cost per unit) where the data have a floor,
     else the power law over the scaling regime."""
     pts = [(float(r.value(axis)), r.metric(metric)) for r in records if r.ok and r.metric(metric) is not None]
     return (fit_cost([p[0] for p in pts], [p[1] for p in pts], exact=metric in EXACT_METRICS)

@@ -15,8 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
-
+from harness.analysis.fits import fit_line
 from harness.contract.records import CaseRecord
 from reports.frames import generation_rates
 
@@ -48,11 +47,9 @@ def is_generation(r: CaseRecord) -> bool:
 
 
 def _linear(xs: list[float], ys: list[float]) -> tuple[float, float] | None:
-    """Least-squares (slope, intercept); None with fewer than 2 distinct x."""
-    if len(set(xs)) < 2:
-        return None
-    slope, intercept = np.polyfit(np.array(xs, dtype=float), np.array(ys, dtype=float), 1)
-    return float(slope), float(intercept)
+    """Least-squares (slope, intercept) (:func:`harness.analysis.fits.fit_line`); None with fewer than 2 distinct x."""
+    fit = fit_line(xs, ys)
+    return (fit.slope, fit.intercept) if fit is not None else None
 
 
 def line_slopes(records: Sequence[CaseRecord]) -> list[LineSlopes]:

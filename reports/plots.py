@@ -1,9 +1,9 @@
 """Matplotlib figures of a run's metrics vs its swept axis, and inline SVG for the HTML views.
 
 One figure per metric (latency, peak memory, MACs, throughput), every line of the run in it: each line's
-legend entry carries its exponent fitted over the scaling regime (:func:`harness.analysis.stats.fit_scaling`, the
-project's one fit-range rule), the fitted power law is drawn over that regime only and the floor points
-below it are hollow. Cases that produced no number are marks at their x, never gaps.
+legend entry carries the fit the run's headline shows (:func:`harness.analysis.fits.fit_cost`, the project's one
+fit: affine with a floor, or a power law over the scaling regime), the fitted curve is drawn over the points it
+covers and the floor points below a power law's regime are hollow. Cases that produced no number are marks at their x, never gaps.
 
 Figures are built as ``matplotlib.figure.Figure`` objects directly — never through pyplot — so no
 interactive backend, GUI or global figure registry is involved.
@@ -26,8 +26,9 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import LogFormatter  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
+from harness.analysis.fits import AffineFit, ScalingFit, fit_cost  # noqa: E402
 from harness.contract.records import CaseRecord  # noqa: E402
-from harness.analysis.stats import AffineFit, Fit, ScalingFit, fit_scaling, top_slope  # noqa: E402
+from reports.findings import EXACT_METRICS  # noqa: E402
 from reports.frames import is_number  # noqa: E402
 from reports.terminal import fit_text, symbol  # noqa: E402
 
@@ -120,29 +121,16 @@ def tex_safe(text: Any) -> str:
     return str(text).replace("$", r"\$")
 
 
-def line_fits(records: Sequence[CaseRecord], metric: str, spec: PlotSpec) -> dict[str, ScalingFit | None]:
-    """Per line, ``metric`` vs the numeric axis over the scaling regime (ok cases only; see :func:`scaling_fit`)."""
-    out: dict[str, ScalingFit | None] = {}
+def line_fits(records: Sequence[CaseRecord], metric: str, spec: PlotSpec) -> dict[str, ScalingFit | AffineFit | None]:
+    """Per line, ``metric`` vs the numeric axis by :func:`harness.analysis.fits.fit_cost` (ok cases only), exactly as
+    the run's findings fit it."""
+    out: dict[str, ScalingFit | AffineFit | None] = {}
     for line in dict.fromkeys(r.line for r in records):
         pts = [(float(r.value(spec.x)), r.metric(metric)) for r in records
                if r.line == line and r.ok and r.metric(metric) is not None] if spec.numeric and spec.x else []
-        out[line] = scaling_fit([p[0] for p in pts], [p[1] for p in pts]) if len(pts) >= 2 else None
+        out[line] = (fit_cost([p[0] for p in pts], [p[1] for p in pts], exact=metric in EXACT_METRICS)
+                     if len(pts) >= 2 else None)
     return out
-
-
-def scaling_fit(x: Sequence[float], y: Sequence[float]) -> ScalingFit | None:
-    """:func:`harness.analysis.stats.fit_scaling` of ``y``; for a metric that falls with x (throughput: items per second),
-    the rule is applied to its reciprocal (seconds per item, which rises out of a floor) and the fit mirrored,
-    so its regime and floor are those of the time it is the inverse of."""
-    slope = top_slope(x, y)
-    if slope is None or slope >= 0:
-        return fit_scaling(x, y)
-    inv = fit_scaling(x, [1.0 / v if v else math.inf for v in y])
-    if inv is None:
-        return None
-    f = inv.fit
-    return ScalingFit(Fit(-f.exponent, -f.ci_high, -f.ci_low, -f.intercept, f.r2, f.n), inv.x_min, inv.x_max,
-                      tuple((px, 1.0 / py) for px, py in inv.floor))
 
 
 def metric_figure(records: Sequence[CaseRecord], metric: str, spec: PlotSpec,

@@ -9,7 +9,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness.contract.records import LABEL_KEYS, CaseRecord, RunRecord
-from harness.analysis.stats import ScalingFit, summarize
+from harness.analysis.fits import ScalingFit
+from harness.analysis.stats import summarize
 from reports.findings import FIT_METRICS, Findings
 from reports.labels import case_labels, param_columns
 from reports.frames import sdpa_backend

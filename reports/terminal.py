@@ -9,7 +9,7 @@ from typing import Any
 from rich.table import Table
 
 from harness.contract.records import CaseRecord, RunRecord
-from harness.analysis.stats import FLOOR_NEGLIGIBLE, AffineFit, ScalingFit
+from harness.analysis.fits import AffineFit, ScalingFit
 from reports.compare import Comparison
 from reports.findings import FIT_METRICS, Contrast, Findings, LineFinding, Ratio
 from reports.frames import rates, sdpa_backend
@@ -50,8 +50,9 @@ def si(value: float, unit: str = "", digits: int = 3) -> str:
 
 def affine_text(fit: AffineFit, axis: str | None, metric: str = "") -> str:
     """``0.54 ms + 75.1 ns/token [57.4, 92.8]`` (a measured cost: the marginal cost per unit of the axis with its
-    95 % interval), ``23.1 M + 6.14 k/token (exact; ...)`` (an exact count: no noise interval), then ``; n^0.97
-    for n ≥ 16384`` where some points are past the floor, else ``(floor > 10 % at every n: no exponent)``."""
+    95 % interval), ``23.1 M + 6.14 k/token (exact)`` (an exact count: no noise interval), then the exponent of
+    the cost above the floor, ``; n^0.97 [0.93, 1.01] above the floor`` (``n^1.00`` for an exact count), or
+    ``(no exponent above the floor: the fit did not converge)``."""
     unit, scale = _METRIC_UNIT.get(metric, ("", 1.0))
     per = AXIS_UNIT.get(axis or "", symbol(axis))
     slope = fit.slope * scale
@@ -63,12 +64,12 @@ def affine_text(fit: AffineFit, axis: str | None, metric: str = "") -> str:
         lo, hi = fit.slope_lo * scale, fit.slope_hi * scale
         factor = next((f for f, _ in _SI if abs(slope) >= f * 0.9995), _SI[-1][0])
         text += f" [{lo / factor:.3g}, {hi / factor:.3g}]"
-    if fit.power is not None:
-        text += f"; {symbol(axis)}^{fit.power} for {symbol(axis)} ≥ {fit.power_x_min:g}"
-    else:
-        notes.append(f"floor > {100 * FLOOR_NEGLIGIBLE:.0f} % at every {symbol(axis)}: no exponent")
+    if fit.power is None:
+        notes.append("no exponent above the floor: the fit did not converge")
     if notes:
         text += f" ({'; '.join(notes)})"
+    if fit.power is not None:
+        text += f"; {symbol(axis)}^{fit.power} above the floor"
     return text
 
 

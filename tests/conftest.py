@@ -40,7 +40,7 @@ COLLECTED_SERIALLY = SERIAL_MODULES | PARTLY_SERIAL_MODULES
 """The modules the serial phase collects (:func:`pytest_ignore_collect`): a ``serial`` test anywhere else is refused."""
 
 
-SLOW_MODULES_FIRST = ("test_claims_round3_c02", "test_hf_models", "test_executor_ray", "test_executor", "test_overhead",
+SLOW_MODULES_FIRST = ("test_claims_figures", "test_hf_models", "test_executor_ray", "test_executor", "test_overhead",
                       "test_report_browser", "test_concurrent_runs", "test_faults_pg", "test_report", "test_resume",
                       "test_faults", "test_pytest_plugin", "test_vision", "test_ab_versions", "test_cli",
                       "test_timm_models", "test_roofline", "test_vision_zoo",
@@ -53,7 +53,7 @@ parallel phase hands out whole modules (``--dist loadfile``) in the order of the
 (``--no-loadscope-reorder``), so the longest start first and the many short modules fill the end evenly (the
 longest-job-first rule). xdist's own order, by number of tests, left these few-test, long modules for last, and one
 core worked alone at the end. Modules not named here follow, those with more tests first; a test's order within
-its module never changes. test_claims_round3_c02 (5 s) goes first, into a fresh process: its C03 test reads the
+its module never changes. test_claims_figures (5 s) goes first, into a fresh process: its C03 test reads the
 process's resident set growing by one 67 MB tensor, which it did not after other modules had run in the same
 worker (seen once at 20:44 on the loaded machine; it passes alone and first)."""
 

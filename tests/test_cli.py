@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -356,3 +357,39 @@ def test_bench_run_does_not_import_the_other_commands() -> None:
             show.format(modules))
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.stderr.strip().splitlines()[-2:] == ["[]", "['cli.runs']"], res.stderr
+
+
+def test_debug_is_accepted_by_the_group_and_every_command(tmp_path, monkeypatch) -> None:
+    """Every error that says "rerun with --debug" can be rerun so: each command takes --debug (before or after
+    its name), and with it an unexpected error prints its traceback, passwords hidden as everywhere."""
+    from cli.app import COMMANDS
+    from harness.store import db
+    for name in COMMANDS:
+        assert "--debug" in invoke(name, "--help").output, name
+    url = f"sqlite:///{tmp_path / 'results.sqlite'}"
+    db.Store(url)                                                   # an empty store
+    assert invoke("runs", "--store", url).exit_code == 0
+
+    def broken(self, *a, **k):
+        raise RuntimeError("lost postgresql://alice:S3cretPW@db.example/bench")
+    monkeypatch.setattr(db.Store, "list_runs", broken)
+    plain = invoke("runs", "--store", url)
+    assert plain.exit_code == 1 and "(rerun with --debug)" in plain.stderr and "Traceback" not in plain.stderr
+    for args in (("runs", "--debug"), ("--debug", "runs")):
+        loud = invoke(*args, "--store", url)
+        assert loud.exit_code == 1 and "Traceback" in loud.stderr and "rerun with --debug" not in loud.stderr
+        assert "S3cretPW" not in loud.stderr + plain.stderr and "alice:***@db.example" in loud.stderr
+
+
+def test_help_lists_the_commands_in_the_order_a_user_meets_them() -> None:
+    from cli.app import COMMANDS
+    text = invoke("--help").output
+    listed = [line.split()[0] for line in text.split("Commands:")[1].splitlines() if line.strip()]
+    assert listed == list(COMMANDS) and listed[:3] == ["list", "run", "runs"]
+    assert "Example" in text and "bench run " in text
+
+
+def test_claim_ids_in_help_come_from_the_catalog_not_the_text() -> None:
+    """No help repeats a fact kept elsewhere: which claims exist is the catalog's to say."""
+    from cli.app import SHORT_HELP
+    assert not re.search(r"C\d\d\s*[–-]\s*C\d\d", SHORT_HELP["claims"] + invoke("claims", "--help").output)

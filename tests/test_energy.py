@@ -91,10 +91,16 @@ def test_no_power_reading_leaves_the_cross_check_absent():
 
 
 def test_window_stops_at_its_cap_and_says_the_step_bound_was_not_met():
-    m = FakeMeter(power=100.0, step_j=5.0)
-    r = measure_energy(busy(), m, EnergyConfig(min_window_s=0.05, max_window_s=0.3, poll_s=0.001))
+    """On a virtual clock (each call 10 ms of it), so the window's length is counted, not timed."""
+    now = [0.0]
+
+    def call() -> None:
+        now[0] += 0.01
+    m = FakeMeter(power=100.0, step_j=5.0, clock=lambda: now[0])
+    cfg = EnergyConfig(min_window_s=0.05, max_window_s=0.3, poll_s=0.001)
+    r = measure_energy(call, m, cfg, clock=lambda: now[0])
     assert not r.step_ok and r.step_j > 0.02 * r.energy_j
-    assert r.window_s < 0.6
+    assert r.window_s <= cfg.max_window_s + 1e-9 and r.window_s == pytest.approx(r.calls * 0.01)
     assert r.metrics(1)["energy_step_share"] > 0.02
 
 
@@ -228,3 +234,48 @@ def test_require_energy_without_a_counter_exits_2_before_anything_runs(tmp_path,
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "--require-energy" in lines[0] and NO_COUNTER in lines[0]
     assert not (tmp_path / "results.sqlite").exists()
+
+
+def test_rapl_sums_the_packages_reports_dram_apart_and_never_adds_psys(tmp_path, monkeypatch):
+    """A client part's sysfs: two packages (each with core and dram sub-zones), and the platform zone psys, which
+    already holds the packages. The energy is the packages' sum; DRAM is its own figure; psys is never added."""
+    monkeypatch.delenv("BENCH_FAKE_ENERGY", raising=False)
+    root = tmp_path / "powercap"
+    wrap = 262_143_328_850
+    zones = {"package-0": _zone(root, "intel-rapl:0", 1_000_000, wrap, "package-0"),
+             "core-0": _zone(root, "intel-rapl:0:0", 1_000_000, wrap, "core"),
+             "dram-0": _zone(root, "intel-rapl:0:1", 1_000_000, wrap, "dram"),
+             "package-1": _zone(root, "intel-rapl:1", 1_000_000, wrap, "package-1"),
+             "dram-1": _zone(root, "intel-rapl:1:0", 1_000_000, wrap, "dram"),
+             "psys": _zone(root, "intel-rapl:2", 1_000_000, wrap, "psys")}
+    monkeypatch.setattr(energy, "RAPL_ROOT", root)
+    assert [z.name for z in energy.rapl_zones()] == ["intel-rapl:0", "intel-rapl:1"]
+    assert [z.name for z in energy.rapl_dram_zones()] == ["intel-rapl:0:1", "intel-rapl:1:0"]
+    meter = find_meter("cpu")
+    assert isinstance(meter, RaplMeter) and meter.name == "rapl:package-0+package-1 (dram apart)"
+
+    per_call_j = {"package-0": 2.0, "package-1": 3.0, "core-0": 1.5, "dram-0": 0.25, "dram-1": 0.5, "psys": 9.0}
+
+    def step() -> None:              # one call: every counter moves by its joules (psys: more than the packages)
+        for key, joules in per_call_j.items():
+            f, new = zones[key] / "energy_uj", zones[key] / "energy_uj.new"
+            new.write_text(f"{int(f.read_text()) + round(joules * 1e6)}\n")
+            new.replace(f)           # at once, as the kernel's file reads: the sampler thread never sees it empty
+
+    res = measure_energy(step, meter, EnergyConfig(min_window_s=0.0, max_window_s=0.0, min_calls=4, poll_s=10.0),
+                         call_s=1.0)
+    calls = res.calls
+    assert res.energy_j == pytest.approx(calls * (2.0 + 3.0))                 # packages only: not psys, not dram
+    assert res.dram_j == pytest.approx(calls * (0.25 + 0.5))
+    figures = res.metrics(batch_size=1)
+    assert figures["energy_j"] == pytest.approx(5.0) and figures["energy_dram_j"] == pytest.approx(0.75)
+
+
+def test_a_machine_with_psys_only_has_no_package_counter(tmp_path, monkeypatch):
+    """psys alone is not the CPUs' energy (it is the whole platform's): no meter, and the reason says so."""
+    monkeypatch.delenv("BENCH_FAKE_ENERGY", raising=False)
+    root = tmp_path / "powercap"
+    _zone(root, "intel-rapl:0", 5, 262_143_328_850, "psys")
+    monkeypatch.setattr(energy, "RAPL_ROOT", root)
+    got = find_meter("cpu")
+    assert isinstance(got, Absent) and "package" in got.reason

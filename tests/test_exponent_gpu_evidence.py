@@ -1,4 +1,4 @@
-"""The one fit-range rule (harness.analysis.stats.fit_scaling) on the first H100 run: a launch-bound floor of ~4.4 ms for
+"""The one fit-range rule (harness.analysis.fits.fit_scaling) on the first H100 run: a launch-bound floor of ~4.4 ms for
 n ≤ 1024 must not flatten the exponent of eager attention (the all-points fit read 0.96 on that run)."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis.stats import fit_loglog, fit_scaling
+from harness.analysis.fits import fit_loglog, fit_scaling
 
 DATA = json.loads((Path(__file__).parent / "data" / "h100_attention_scaling.json").read_text())
 

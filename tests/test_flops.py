@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 import warnings
 
+import psutil
 import pytest
 import torch
 import torch.nn.functional as F
@@ -163,14 +164,15 @@ def test_gqa_sdpa_backward():
         q.shape, q.shape, k.shape, v.shape)
 
 
-def test_long_sdpa_on_fake_tensors_is_instant():
+def test_long_sdpa_on_fake_tensors_computes_nothing():
+    """Counting a 16k-token SDPA on fake tensors allocates nothing real (its scores alone would be 34 GB)."""
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     n = 16384
     q, k, v = fake_inputs(lambda: (torch.randn(1, 32, n, 128), torch.randn(1, 8, n, 128),
                                    torch.randn(1, 8, n, 128)), mode)
-    t = time.perf_counter()
+    rss = psutil.Process().memory_info().rss
     count = count_flops(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))
-    assert time.perf_counter() - t < 1.0
+    assert psutil.Process().memory_info().rss - rss < 64 * 2**20
     assert count.flops == 4 * 32 * n * n * 128
     with mode:  # counting also works with the fake mode active (the counter is entered inside it)
         assert count_flops(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)) == count

@@ -1,7 +1,6 @@
 """Memory instrument checked against the analytic sizes of the tensors involved."""
 from __future__ import annotations
 
-import time
 
 import psutil
 import pytest
@@ -109,11 +108,9 @@ def test_fake_estimate_costs_no_memory() -> None:
     mode = new_fake_mode()
     q, k, v = fake_inputs(lambda: qkv(n), mode)
     rss = psutil.Process().memory_info().rss
-    start = time.perf_counter()
     with torch.no_grad():
         eager = estimate_peak(lambda: eager_attention(q, k, v), mode)
         sdpa = estimate_peak(lambda: sdpa_attention(q, k, v))  # tensors are fake; no mode needed
-    assert time.perf_counter() - start < 5
     assert psutil.Process().memory_info().rss - rss < 64 * MiB
     assert eager == 2 * HEADS * n * n * F32 + HEADS * n * HEAD_DIM * F32
     assert sdpa == HEADS * n * HEAD_DIM * F32 + HEADS * n * F32

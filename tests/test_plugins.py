@@ -111,3 +111,43 @@ def test_source_tree_without_install_lists_its_zoo(tmp_path):
     names, where = out.stdout.strip().splitlines()
     assert "resnet50" in names.split()
     assert where.startswith(str(ROOT))
+
+
+OLD_STYLE = Path(__file__).resolve().parent / "plugin_old_paths.py"
+_LOAD = ("import warnings, sys\nwarnings.simplefilter('always', DeprecationWarning)\n"
+         "from harness.contract.plugins import load_files\nfrom harness.api import get, list_archs\n"
+         "load_files([sys.argv[1]])\nname = list_archs(sys.argv[2])[0]\nspec = get(name)\n"
+         "print(name, type(spec.build(spec.config)).__name__)\n")
+
+
+def _load_in_fresh_python(path: Path, pattern: str) -> subprocess.CompletedProcess:
+    """Load a plug-in file as `--plugin` does, in a fresh interpreter (a module warns once, when first imported)."""
+    return subprocess.run([sys.executable, "-c", _LOAD, str(path), pattern], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+
+
+def test_a_plugin_written_against_the_old_paths_still_loads_with_a_deprecation_warning():
+    res = _load_in_fresh_python(OLD_STYLE, "old-paths-*")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["old-paths-gmlp", "GatedMLP"]
+    for old in ("harness.registry", "harness.spec"):
+        assert f"DeprecationWarning: {old} is deprecated: import from harness.api" in res.stderr
+
+
+def test_the_example_plugin_uses_the_public_api_without_warnings():
+    assert "from harness.api import" in EXAMPLE.read_text()
+    res = _load_in_fresh_python(EXAMPLE, "example-*")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["example-gmlp", "GatedMLP"] and "is deprecated" not in res.stderr
+
+
+def test_the_public_api_exports_what_a_plugin_needs_and_the_protocol_matches_the_engine():
+    import harness.api as api
+    from architectures.ssm import SSMLM
+    from architectures.transformer import Decoder
+    assert {"register", "ArchSpec", "Workload", "GenerativeModel", "GenerationState"} <= set(api.__all__)
+    assert all(hasattr(api, name) for name in api.__all__)
+    protocol = {n for n in vars(api.GenerativeModel) if not n.startswith("_")}
+    assert protocol == set(api.GENERATION_PROTOCOL)          # the typed protocol names what the engine calls
+    for model in (Decoder, SSMLM):
+        assert all(callable(getattr(model, n, None)) for n in api.GENERATION_PROTOCOL), model

@@ -20,13 +20,14 @@ from click.testing import CliRunner
 
 from cli.common import BenchGroup
 from cli.report import report
+from harness.analysis.fits import fit_cost
 from harness.contract.errors import BenchInputError
 from harness.contract.records import CaseRecord, RunRecord
 from harness.store.db import Store
 from reports.findings import run_findings
 from reports.html import render_report, write_report
 from reports.labels import case_labels
-from reports.plots import PlotSpec, figure_svg, metric_figure, resolve_plot_spec, scaling_fit
+from reports.plots import PlotSpec, figure_svg, metric_figure, resolve_plot_spec
 from reports.terminal import fit_text, headline_lines
 from tests.helpers import run_tiny, store_slower_copy
 
@@ -250,7 +251,7 @@ def test_legend_carries_the_scaling_fit_and_the_law_is_drawn_over_the_regime_onl
     spec = resolve_plot_spec({}, records, "seq_len")
     assert spec == PlotSpec("seq_len", "median_ms", x_log=True, y_log=True, title=None, numeric=True)
     fig = metric_figure(records, "median_ms", spec)
-    fit = scaling_fit(xs, ys)
+    fit = fit_cost(xs, ys)
     assert fit.x_min == 2048 and fit.exponent == pytest.approx(2.0, abs=0.01)
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert f"eager: {fit_text(fit, 'seq_len', regime=False)}" in labels and "oom" in labels
@@ -268,8 +269,8 @@ def test_legend_carries_the_scaling_fit_and_the_law_is_drawn_over_the_regime_onl
 def test_a_falling_metric_is_fitted_on_its_reciprocal():
     xs = [256, 512, 1024, 2048, 4096, 8192]
     times = [4.5, 4.4, 4.6, 10.0, 40.0, 160.0]
-    fit = scaling_fit(xs, [1e3 / t for t in times])         # throughput: items per second
-    time_fit = scaling_fit(xs, times)
+    fit = fit_cost(xs, [1e3 / t for t in times])         # throughput: items per second
+    time_fit = fit_cost(xs, times)
     assert fit.exponent == pytest.approx(-time_fit.exponent)
     assert (fit.fit.ci_low, fit.fit.ci_high) == pytest.approx((-time_fit.fit.ci_high, -time_fit.fit.ci_low))
     assert fit.x_min == time_fit.x_min and len(fit.floor) == 3

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from harness.analysis.stats import (NOISY_REL_IQR, Fit, fit_loglog, fit_scaling, median_ci_indices, summarize,
-                           top_slope)
+from harness.analysis.fits import Fit, fit_loglog, fit_scaling, top_slope
+from harness.analysis.stats import NOISY_REL_IQR, median_ci_indices, summarize
 
 
 def test_summarize_matches_numpy() -> None:

@@ -98,8 +98,9 @@ def test_a_schema_4_store_is_upgraded_with_run_leases(store_url_of):
     store = Store(store_url_of)
     run = _run(store)
     store.add_record(run, _rec("k1"))
-    with store.engine.begin() as conn:                              # back to schema 4: no run_leases table
+    with store.engine.begin() as conn:                 # back to schema 4: no run_leases table, no invocation column
         conn.execute(sa.text("DROP TABLE run_leases"))
+        conn.execute(sa.text("ALTER TABLE runs DROP COLUMN invocation"))
         conn.execute(sa.text("UPDATE bench_meta SET value = '4' WHERE key = 'schema_version'"))
     old = Store(store_url_of, create=False)
     assert old.version == 4 and old.lease(run) is None and old.records(run)[0].case_key == "k1"
@@ -214,10 +215,14 @@ def test_sqlite_uses_wal_and_a_writer_waits_for_the_lock(tmp_path):
         assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == store_mod.BUSY_TIMEOUT_MS
     other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     other.execute("BEGIN EXCLUSIVE")                                 # another writer holds the lock for 1 s
-    threading.Timer(1.0, other.execute, ("COMMIT",)).start()
-    t0 = time.monotonic()
+    released = threading.Event()
+
+    def release() -> None:
+        released.set()                                               # (before: the waiting writer runs at COMMIT)
+        other.execute("COMMIT")
+    threading.Timer(1.0, release).start()
     assert store.add_record(run, _rec("k1"))                         # waited for it, did not fail
-    assert time.monotonic() - t0 > 0.8 and store.stored_keys(run) == {"k1"}
+    assert released.is_set() and store.stored_keys(run) == {"k1"}    # ... and wrote only after it was released
     other.close()
 
 

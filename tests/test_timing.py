@@ -46,10 +46,17 @@ def test_fast_fn_is_timed_in_blocks() -> None:
 
 
 def test_max_time_caps_slow_fn_but_keeps_three_samples() -> None:
+    """Counted: the calls made are the cold one, the warm-ups and the samples' blocks, and the samples stop short of
+    min_samples once max_time_s is spent (each call takes 0.05 s of the 0.3 s)."""
     cfg = TimingConfig(max_time_s=0.3)
-    r = measure_cpu(lambda: spin(0.05), cfg)
+    calls = []
+
+    def slow() -> None:
+        spin(0.05)
+        calls.append(1)
+    r = measure_cpu(slow, cfg)
     assert 3 <= len(r.samples_s) < cfg.min_samples
-    assert r.total_s < 1.0
+    assert len(calls) == 1 + r.warmup_calls + r.block_size * len(r.samples_s)
     assert r.warmup_calls >= cfg.warmup_calls
 
 

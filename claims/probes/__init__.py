@@ -19,7 +19,7 @@ from harness.instruments.load import BUSY_CORES
 from harness.analysis.comparison import Comparison, Timing, compare_records, compare_samples, compare_timings
 from harness.analysis.comparison import side_by_side
 from harness.analysis.process_stats import ONE_PROCESS_NOTE
-from harness.analysis.stats import fit_affine, fit_floor_power, fit_scaling, top_slope
+from harness.analysis.fits import AffineFit, fit_cost, top_slope
 from harness.instruments.timing import TimingResult
 
 TIMING_METRICS = TIMINGS              # the metric catalog's measured times and rates
@@ -52,30 +52,28 @@ def select(records: Sequence[CaseRecord], **conds: Any) -> list[CaseRecord]:
 
 
 def exponent(records: Sequence[CaseRecord], x: str, metric: str, unit: str = "") -> Figure:
-    """The exponent of ``metric`` vs ``x`` with its 95% interval. Where the data are affine with a floor
-    (:func:`harness.analysis.stats.fit_affine`: weights read once, a launch, a fixed allocation), the exponent of the cost
-    above the floor, ``k`` of ``floor + slope·x^k`` (:func:`harness.analysis.stats.fit_floor_power`; an exact count that is
-    affine within rounding has k = 1 exactly); else the log-log exponent over the scaling regime
-    (:func:`harness.analysis.stats.fit_scaling`, the rule every view uses: a floor of fixed per-call costs at small x is
-    left out and named in the note)."""
+    """The exponent of ``metric`` vs ``x`` with its 95% interval, from the one fit every view reads
+    (:func:`harness.analysis.fits.fit_cost`): where the data are affine with a floor (weights read once, a launch, a
+    fixed allocation), the exponent of the cost above the floor, ``k`` of ``floor + slope·x^k`` (an exact count that
+    is affine within rounding has k = 1 exactly); else the log-log exponent over the scaling regime (a floor of
+    fixed per-call costs at small x is left out and named in the note)."""
     pts = [(float(r.value(x)), r.metric(metric)) for r in records if r.metric(metric) is not None]
     busy = busy_reason(records) if metric in TIMING_METRICS else ""
     xs, ys = [p[0] for p in pts], [p[1] for p in pts]
-    affine = fit_affine(xs, ys, exact=metric in EXACT_METRICS) if len(pts) >= 2 else None
-    if affine is not None:
-        where = f"{x} {affine.x_min:g}…{affine.x_max:g}, {affine.n} points"
-        floor = f"floor {affine.base:.4g} + {affine.slope:.4g} per {x}"
-        if affine.exact:
+    fit = fit_cost(xs, ys, exact=metric in EXACT_METRICS) if len(pts) >= 2 else None
+    if isinstance(fit, AffineFit):
+        where = f"{x} {fit.x_min:g}…{fit.x_max:g}, {fit.n} points"
+        floor = f"floor {fit.base:.4g} + {fit.slope:.4g} per {x}"
+        if fit.exact:
             return Figure(1.0, 1.0, 1.0, unit, f"exact count, affine within rounding over {where}: {floor}",
-                          affine.n, busy=busy)
-        fp = fit_floor_power(xs, ys)
-        if fp is not None:
-            lo, hi = (None, None) if math.isnan(fp.k_lo) else (fp.k_lo, fp.k_hi)
-            return Figure(fp.k, lo, hi, unit, f"fit floor + slope·{x}^k over {where} (the data have a floor: "
-                                              f"{fp.floor:.4g})", fp.n, busy=busy)
+                          fit.n, busy=busy)
+        if fit.power is not None:
+            k = fit.power
+            lo, hi = (None, None) if math.isnan(k.ci_low) else (k.ci_low, k.ci_high)
+            return Figure(k.exponent, lo, hi, unit, f"fit floor + slope·{x}^k over {where} (the data have a floor: "
+                                                    f"{fit.base:.4g})", k.n, busy=busy)
         return Figure(float("nan"), note=f"affine with a floor over {where} ({floor}): too few sizes for the "
                                          "exponent above the floor")
-    fit = fit_scaling(xs, ys) if len(pts) >= 2 else None
     if fit is None:
         return Figure(float("nan"), note=f"fewer than 2 points of {metric}")
     n = fit.fit.n
@@ -115,7 +113,7 @@ def busy_reason(records: Sequence[CaseRecord | None]) -> str:
         return ""
     loads = [r.metric("load_others_cores") for r in busy]
     threads = max(r.metric("threads") or 1.0 for r in busy)
-    # several threads per case share a busy core at every barrier: a bias every process shares (README, issue 25)
+    # several threads per case share a busy core at every barrier: a bias every process shares (README, "How a case is measured")
     hint = f"; {threads:g} threads per case: --threads 1 keeps the timing off the busy core" if threads > 1 else ""
     return (f"machine busy: other processes used up to {max(loads):.2f} cores while "
             f"{len(busy)} of the timed cases ran (limit {BUSY_CORES}){hint}")

@@ -18,7 +18,7 @@ from claims.probes.cost import eager_score_bytes, score_rss_bytes
 from harness.instruments.flops import count_params
 from harness.contract.errors import BenchInputError
 from harness.contract.registry import resolve
-from harness.analysis.stats import fit_loglog
+from harness.analysis.fits import fit_loglog
 from harness.instruments.load import LoadMonitor
 from harness.instruments.timing import TimingConfig, measure_interleaved
 

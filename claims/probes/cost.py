@@ -29,7 +29,8 @@ from harness.contract.records import CaseRecord
 from harness.contract.registry import resolve
 from harness.engine.runner import fake_pass
 from harness.contract.spec import Workload
-from harness.analysis.stats import fit_loglog, paired_ratio
+from harness.analysis.fits import fit_loglog
+from harness.analysis.stats import paired_ratio
 
 
 CPU = torch.device("cpu")

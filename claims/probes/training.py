@@ -11,6 +11,7 @@ from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure, mean_ci
 from claims.power import clopper_pearson, detectable_gap, diff_resolution, paired_gap
 from claims.probes import mean_chart, probe
+from harness.analysis.fits import fit_line
 
 
 def _note(res: dict[str, Any]) -> str:
@@ -42,8 +43,10 @@ def gap_fit(gaps: dict[str, list[float]]) -> tuple[Figure, Figure]:
     xs = np.log10([float(n) for n in sizes])
     slopes, roots, never = [], [], 0
     for i in range(min(len(gaps[n]) for n in sizes)):
-        ys = np.array([gaps[n][i] for n in sizes], dtype=float)
-        b, a = np.polyfit(xs, ys, 1)
+        line = fit_line(xs, [gaps[n][i] for n in sizes])
+        if line is None:
+            raise ValueError(f"one training size ({sizes[0]}): the gap has no slope")
+        b, a = line.slope, line.intercept
         slopes.append(float(b))
         if b < 0:
             roots.append(float(-a / b))

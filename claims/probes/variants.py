@@ -18,7 +18,8 @@ from claims.probes.blocks import NAMED, TRANSFORMERS_SAME, transformers_side
 from harness.instruments.memory import LiveTensorTracker
 from harness.contract.records import CaseRecord
 from harness.contract.registry import resolve
-from harness.analysis.stats import fit_loglog, paired_ratio
+from harness.analysis.fits import fit_loglog
+from harness.analysis.stats import paired_ratio
 from harness.instruments.timing import TimingConfig, TimingResult, measure_interleaved
 
 

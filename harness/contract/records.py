@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """1: the store as first released (no version table). 2: runs carry the suite's text and resolved spec.
 3: cases carry their timing rounds and interleave group. 4: cases carry the SDPA kernel (sdpa_backend).
-5: run leases (one driver per run; harness.store.db)."""
+5: run leases (one driver per run; harness.store.db). 6: runs carry the command and options that made them."""
 
 Status = Literal["ok", "oom", "timeout", "error", "crashed", "skipped"]
 STATUSES: tuple[str, ...] = ("ok", "oom", "timeout", "error", "crashed", "skipped")
@@ -121,6 +121,10 @@ class RunRecord:
     stored: int = 0                          # cases stored so far
     suite_text: str | None = None            # the suite file's text (None: written before schema 2)
     spec: SuiteSpec | None = None            # the suite as run (None: written before schema 2)
+    invocation: Mapping[str, Any] = field(default_factory=dict)
+    """How the run was made, as data: ``command`` (``bench run``), ``options`` (every option's value as parsed,
+    passwords hidden) and ``resolved`` (what the command chose from them, e.g. the executor); ``{}`` for runs
+    written before schema 6, or by a caller that said nothing (a claim's probe, the pytest plug-in)."""
 
     @property
     def peak(self) -> dict[str, Any]:

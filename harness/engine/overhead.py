@@ -21,7 +21,7 @@ from typing import Any
 import psutil
 
 MEASURED: tuple[str, ...] = ("timed", "warmup", "memory", "count", "compile", "energy")
-"""The parts that are measurement, not overhead (issue 14's definition; compiling is measured: ``compile_s``; the
+"""The parts that are measurement, not overhead (what the run's overhead share leaves out; compiling is measured: ``compile_s``; the
 energy pass of ``--energy`` is a measuring pass like the memory pass: harness.instruments.energy)."""
 CASE_PARTS: tuple[str, ...] = ("count", "build", "compile", "warmup", "timed", "memory", "energy")
 """Per-case parts, stored as ``metrics[f"time_{part}_s"]``."""

@@ -147,12 +147,13 @@ class Run:
     @classmethod
     def open(cls, store: Store, suite: str, cases: Sequence[Case], *, quick: bool, resume: bool = False,
              calibrate: bool = False, options: dict[str, Any] | None = None, suite_path: str = "",
-             suite_text: str | None = None, spec: SuiteSpec | None = None, env: dict[str, Any] | None = None
-             ) -> Run:
+             suite_text: str | None = None, spec: SuiteSpec | None = None, env: dict[str, Any] | None = None,
+             invocation: dict[str, Any] | None = None) -> Run:
         """A new run of ``suite`` for ``cases``, or (``resume``) the newest run of the suite at this size, with the
         cases it still lacks. Either way this process becomes the run's one driver (its lease, released by
         :meth:`finish`): resuming a run another live process drives raises :class:`harness.store.db.RunBusyError`.
-        ``calibrate`` measures the machine's peak first (stored as ``options["peak"]``, re-checked at the end)."""
+        ``calibrate`` measures the machine's peak first (stored as ``options["peak"]``, re-checked at the end);
+        ``invocation``: the command and options that made the run, stored with it as data."""
         opened_at, startup_s = time.perf_counter(), _startup_s()
         previous = store.resumable(suite, quick) if resume else None
         if previous is not None:
@@ -173,7 +174,7 @@ class Run:
             opts["peak"] = calibrate_peak(devices_used(cases), threads)
             calibrate_s = time.perf_counter() - t0
         run_id = store.create_run(suite, suite_path, quick, len(cases), env or fingerprint(threads=threads), opts,
-                                  suite_text=suite_text, spec=spec, lease=True)
+                                  suite_text=suite_text, spec=spec, lease=True, invocation=invocation)
         return cls(store, run_id, list(cases), 0, opened_at, startup_s, calibrate_s)
 
     @classmethod
@@ -321,7 +322,7 @@ class Run:
                 return (folder / name).resolve()
             except OSError:
                 continue
-        raise BenchInputError(f"the store {self.store.url} stopped taking writes ({self._lost}) and no local "
+        raise BenchInputError(f"the store {self.store.shown} stopped taking writes ({self._lost}) and no local "
                               "folder is writable to keep the cases measured", where="--store")
 
     def _keep_locally(self, rec: CaseRecord) -> None:
@@ -332,16 +333,18 @@ class Run:
             try:
                 run = self.store.get_run(self.id)
                 env, options, suite, quick, n = run.env, run.options, run.suite, run.quick, run.n_cases
+                invocation = dict(run.invocation)
             except Exception:  # noqa: BLE001 — the lost store cannot say: what this process knows
                 env, options, suite, quick, n = fingerprint(), {}, rec.suite, False, len(self.todo)
-            self._fallback.create_run(suite, "", quick, n, env, {**options, "fallback_of": self.store.url},
-                                      run_id=self.id)
+                invocation = {}
+            self._fallback.create_run(suite, "", quick, n, env, {**options, "fallback_of": self.store.shown},
+                                      run_id=self.id, invocation=invocation)
         self._fallback.add_record(self.id, rec)
         self.stored += 1
 
     def _lost_error(self) -> StoreLostError:
         where = self._fallback.url.removeprefix("sqlite:///") if self._fallback is not None else "?"
         return StoreLostError(
-            f"the store {self.store.url} stopped taking writes ({self._lost}); the cases measured since are kept "
-            f"in {where}: `bench merge {where} --store {self.store.url}` adds them back, then `bench run ... "
+            f"the store {self.store.shown} stopped taking writes ({self._lost}); the cases measured since are kept "
+            f"in {where}: `bench merge {where} --store {self.store.shown}` adds them back, then `bench run ... "
             "--resume` completes the run", where="--store")

@@ -6,8 +6,8 @@ in practice: ``None``), and, where the device reports one, an instantaneous **po
 NVML ``nvmlDeviceGetPowerUsage``; RAPL has none). :func:`find_meter` gives the meter of a device, or an
 :class:`Absent` with the reason ("no energy counter on this machine") — never a meter that reads 0.
 
-Counters move in coarse steps: the H100 evidence (../shared/evidence/h100-2026-11-25, "Energy, read once") saw
-NVML's counter report 964 W over a third of a second on a 700 W card. :func:`measure_energy` therefore
+Counters move in coarse steps: on an H100, NVML's counter was seen to report 964 W over a third of a second on a
+700 W card. :func:`measure_energy` therefore
 
 1. polls the counter (a sampling thread, every ``poll_s``) while the case's call repeats, and takes the
    counter's **step** as the smallest nonzero increment seen between two polls;
@@ -104,31 +104,64 @@ class NvmlMeter:
 
 class RaplMeter:
     """The CPU packages' RAPL counters (``/sys/class/powercap/intel-rapl:N/energy_uj``, each wrapping at its
-    ``max_energy_range_uj``); no power reading."""
+    ``max_energy_range_uj``), summed as the energy; the DRAM zones, where there are any, read apart
+    (:meth:`read_dram`: memory is not in the package's figure, and not added to it); no power reading."""
 
-    def __init__(self, zones: Sequence[Path]) -> None:
+    def __init__(self, zones: Sequence[Path], dram: Sequence[Path] = ()) -> None:
         if not zones:
             raise EnergyError("no RAPL package zone")
         self._files = [z / "energy_uj" for z in zones]
-        self.wrap_j = tuple(float((z / "max_energy_range_uj").read_text()) / 1e6 for z in zones)
-        names = [(z / "name").read_text().strip() if (z / "name").exists() else z.name for z in zones]
-        self.name = "rapl:" + "+".join(names)
+        self.wrap_j = _wraps(zones)
+        self._dram_files = [z / "energy_uj" for z in dram]
+        self.dram_wrap_j = _wraps(dram)
+        self.name = "rapl:" + "+".join(zone_name(z) for z in zones) + (" (dram apart)" if dram else "")
         self.read()
+        self.read_dram()
 
     def read(self) -> tuple[float, ...]:
         return tuple(float(f.read_text()) / 1e6 for f in self._files)
+
+    def read_dram(self) -> tuple[float, ...]:
+        """Each DRAM zone's cumulative counter in joules (empty where the machine has none)."""
+        return tuple(float(f.read_text()) / 1e6 for f in self._dram_files)
 
     def power_w(self) -> float | None:
         return None
 
 
-def rapl_zones(root: Path | None = None) -> list[Path]:
-    """The top-level (package) RAPL zones under ``root``: ``intel-rapl:N`` (not the ``intel-rapl:N:M``
-    sub-zones, which the package already counts); ``root`` defaults to :data:`RAPL_ROOT`."""
+def _wraps(zones: Sequence[Path]) -> tuple[float | None, ...]:
+    return tuple(float((z / "max_energy_range_uj").read_text()) / 1e6 for z in zones)
+
+
+def zone_name(zone: Path) -> str:
+    """A powercap zone's ``name`` (``package-0``, ``dram``, ``psys``, ``core``), else its folder's name."""
+    try:
+        return (zone / "name").read_text().strip()
+    except OSError:
+        return zone.name
+
+
+def _zones(root: Path | None) -> list[Path]:
+    """Every RAPL zone and sub-zone with a counter under ``root`` (default :data:`RAPL_ROOT`): ``intel-rapl:N`` and
+    ``intel-rapl:N:M``, in order."""
     root = RAPL_ROOT if root is None else root
     if not root.is_dir():
         return []
-    return sorted(p for p in root.glob("intel-rapl:*") if p.name.count(":") == 1 and (p / "energy_uj").exists())
+    return sorted(p for p in root.glob("intel-rapl:*") if (p / "energy_uj").exists())
+
+
+def rapl_zones(root: Path | None = None) -> list[Path]:
+    """The RAPL zones whose sum is the CPUs' energy: the top-level ``package-N`` zones. Not ``psys`` (a client
+    part's platform zone, which already holds the packages: adding it would count them twice), not the
+    ``intel-rapl:N:M`` sub-zones (``core``, ``uncore``: inside their package), and not ``dram``
+    (:func:`rapl_dram_zones`, read apart). ``root`` defaults to :data:`RAPL_ROOT`."""
+    return [z for z in _zones(root) if z.name.count(":") == 1 and zone_name(z).startswith("package-")]
+
+
+def rapl_dram_zones(root: Path | None = None) -> list[Path]:
+    """The RAPL zones named ``dram`` (a package's sub-zone, or a top-level zone on some servers): the memory's
+    energy, reported apart from the packages' (``energy_dram_j``), never added to it."""
+    return [z for z in _zones(root) if zone_name(z) == "dram"]
 
 
 class FakeMeter:
@@ -198,9 +231,9 @@ def find_meter(device: str) -> EnergyMeter | Absent:
     if kind == "cpu":
         zones = rapl_zones()
         if not zones:
-            return Absent(f"{NO_COUNTER} (no RAPL counter under {RAPL_ROOT})")
+            return Absent(f"{NO_COUNTER} (no RAPL package counter under {RAPL_ROOT})")
         try:
-            return RaplMeter(zones)
+            return RaplMeter(zones, rapl_dram_zones())
         except (OSError, ValueError, EnergyError) as exc:
             return Absent(f"{NO_COUNTER} (RAPL unreadable: {exc})")
     return Absent(f"{NO_COUNTER} (no energy meter for device {device!r})")
@@ -249,6 +282,7 @@ class EnergyResult:
     power_samples: int
     windows: int                         # windows tried (the last is this one)
     step_ok: bool                        # step_j ≤ step_share × energy_j
+    dram_j: float | None = None          # the DRAM zones over the same window (RAPL with dram zones; else None)
 
     @property
     def energy_per_call_j(self) -> float:
@@ -269,6 +303,8 @@ class EnergyResult:
             out["energy_per_token_j"] = self.energy_per_call_j / (batch_size * tokens_per_sample)
         if self.power_integral_j is not None:
             out["energy_power_integral_j"] = self.power_integral_j / self.calls
+        if self.dram_j is not None:
+            out["energy_dram_j"] = self.dram_j / self.calls        # memory: apart from energy_j, never in it
             out["energy_power_samples"] = float(self.power_samples)
         return out
 
@@ -342,8 +378,10 @@ def measure_energy(step: Callable[[], object], meter: EnergyMeter, cfg: EnergyCo
     calls = max(cfg.min_calls, math.ceil(cfg.min_window_s / max(call_s, 1e-6)))
     seen: list[float] = []               # counter steps seen in every window so far
     last = False                         # this window was cut to max_window_s: it ends the loop
+    read_dram = getattr(meter, "read_dram", None)          # RAPL: the DRAM zones, read at the window's ends
     for window in range(1, 1000):
         sampler = _Sampler(meter, cfg.poll_s, clock)
+        dram0 = read_dram() if read_dram is not None else ()
         sampler.sample()
         t0 = sampler.samples[0][0]
         sampler.start()
@@ -353,6 +391,7 @@ def measure_energy(step: Callable[[], object], meter: EnergyMeter, cfg: EnergyCo
             sync()
         finally:
             t1, e1, p1 = clock(), meter.read(), meter.power_w()
+            dram1 = read_dram() if read_dram is not None else ()
             sampler.stop()
         window_s = t1 - t0
         readings = [s[1] for s in sampler.samples] + [e1]
@@ -368,8 +407,9 @@ def measure_energy(step: Callable[[], object], meter: EnergyMeter, cfg: EnergyCo
             powers = [(ts, p) for ts, _, p in sampler.samples if p is not None]
             integral = (power_integral(powers + [(t1, p1)], t0, t1)
                         if powers and p1 is not None else None)
+            dram = energy_delta(dram0, dram1, meter.dram_wrap_j) if dram0 else None   # type: ignore[attr-defined]
             return EnergyResult(meter.name, calls, window_s, energy, step_j, integral, len(powers) + 1,
-                                window, ok)
+                                window, ok, dram)
         # enough calls for the step to be step_share of the energy (×1.25 margin), at least twice as many,
         # but a window no longer than max_window_s (the next window then ends the loop, bound met or not)
         need = 4.0 if energy <= 0 or not math.isfinite(step_j) else step_j / (cfg.step_share * energy) * 1.25

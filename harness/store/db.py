@@ -44,6 +44,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import ArgumentError, DatabaseError, DBAPIError, IntegrityError, OperationalError
 
 from harness.contract.errors import BenchInputError
+from harness.contract.secrets import hide_passwords, hide_passwords_in
 from harness.store.migrations import MIGRATIONS, columns_at, upgrade_row
 from harness.contract.records import SCHEMA_VERSION, CaseRecord, RunRecord, SuiteSpec
 
@@ -81,6 +82,7 @@ runs = sa.Table(
     sa.Column("options", sa.JSON, nullable=False),
     sa.Column("suite_text", sa.Text),                          # schema 2
     sa.Column("suite_spec", sa.JSON),                          # schema 2
+    sa.Column("invocation", sa.JSON),                          # schema 6
 )
 cases = sa.Table(
     "cases", metadata,
@@ -125,6 +127,11 @@ run_leases = sa.Table(
 )
 
 T = TypeVar("T")
+
+
+def _cause(exc: BaseException) -> str:
+    """An exception's first line, passwords hidden: what a one-line store error says of its cause."""
+    return hide_passwords((str(exc).strip().splitlines() or [type(exc).__name__])[0])
 
 
 def _now() -> str:
@@ -181,7 +188,7 @@ def retrying(fn: Callable[..., T]) -> Callable[..., T]:
     """``fn`` (one whole transaction) again, with jittered exponential backoff, while it fails transiently
     (:func:`transient`: a lock, a serialization failure, a server restarting), for up to :data:`RETRY_FOR_S`. An
     IntegrityError propagates (callers use it); any other database error, or the last transient one, becomes
-    :class:`StoreWriteError` naming the store (``args[0].url``) and the cause."""
+    :class:`StoreWriteError` naming the store (``args[0].shown``: its password hidden) and the cause."""
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> T:
         deadline, delay = time.monotonic() + RETRY_FOR_S, 0.02
@@ -192,10 +199,10 @@ def retrying(fn: Callable[..., T]) -> Callable[..., T]:
                 raise
             except DBAPIError as exc:
                 if not transient(exc) or time.monotonic() + delay > deadline:
-                    url = getattr(args[0], "url", "?") if args else "?"
-                    cause = (str(exc.orig).strip().splitlines() or [type(exc.orig).__name__])[0]
+                    url = getattr(args[0], "shown", "?") if args else "?"
+                    cause = _cause(exc.orig)
                     raise StoreWriteError(f"cannot write to results store {url}: {cause}") from None
-                log.debug("%s: %s; retrying in %.2f s", fn.__name__, exc.orig, delay)
+                log.debug("%s: %s; retrying in %.2f s", fn.__name__, hide_passwords(str(exc.orig)), delay)
                 time.sleep(delay * (0.5 + random.random()))
                 delay = min(2 * delay, 1.0)
     return wrapper
@@ -319,6 +326,9 @@ class Store:
         """``create``: make the file and tables if missing and upgrade an older store in place (for
         writing); otherwise the store must exist and is only read (an older schema through migrations)."""
         self.url = url or default_url()
+        """The URL connected to, password included: never print it; :attr:`shown` is what messages show."""
+        self.shown = hide_passwords(self.url)
+        """The URL with its password hidden (:func:`harness.contract.secrets.hide_passwords`)."""
         self.folder: Path | None = None
         """The folder of a SQLite store's file (where its runs' reports go by default); None otherwise."""
         self._held: dict[str, str] = {}          # run_id -> owner of the leases this handle holds
@@ -327,7 +337,7 @@ class Store:
         try:
             parsed = sa.make_url(self.url)
         except ArgumentError:
-            raise BenchInputError(f"not a database URL: {self.url!r}", where="--store") from None
+            raise BenchInputError(f"not a database URL: {self.shown!r}", where="--store") from None
         is_file = parsed.drivername.startswith("sqlite") and parsed.database not in (None, "", ":memory:")
         if is_file:
             db = Path(parsed.database)
@@ -341,7 +351,7 @@ class Store:
                     raise BenchInputError(f"cannot create {db.parent}: {exc.strerror}", where="--store") from None
                 problem = _unwritable(db)
                 if problem:
-                    raise BenchInputError(f"cannot write to results store {self.url}: {problem}", where="--store")
+                    raise BenchInputError(f"cannot write to results store {self.shown}: {problem}", where="--store")
         try:
             if is_file and not create and not (os.access(db, os.W_OK) and os.access(db.parent, os.W_OK)):
                 # a read-only copy: SQLite could not create the shared-memory file a WAL store's readers need
@@ -360,18 +370,19 @@ class Store:
                 with self.engine.connect() as conn:
                     tables = set(sa.inspect(conn).get_table_names())
                     if not {"runs", "cases"} <= tables:
-                        raise BenchInputError(f"{self.url} is not a bench results store", where="--store")
+                        raise BenchInputError(f"{self.shown} is not a bench results store", where="--store")
                     self.version = _read_version(conn, tables)
                     self._has_leases = "run_leases" in tables
                 self._check_not_newer(self.version)
         except (DatabaseError, OperationalError) as exc:
-            raise BenchInputError(f"cannot open results store {self.url}: {exc.orig}", where="--store") from None
+            raise BenchInputError(f"cannot open results store {self.shown}: {_cause(exc.orig)}",
+                                  where="--store") from None
         except StoreWriteError as exc:
             raise BenchInputError(exc.cause.replace("cannot write to", "cannot open"), where="--store") from None
         except ImportError as exc:
-            raise BenchInputError(f"no driver for {self.url}: {exc}", where="--store") from None
+            raise BenchInputError(f"no driver for {self.shown}: {_cause(exc)}", where="--store") from None
         except ArgumentError as exc:     # NoSuchModuleError: an unknown dialect or driver name
-            raise BenchInputError(f"no database driver for {self.url}: {exc}", where="--store") from None
+            raise BenchInputError(f"no database driver for {self.shown}: {_cause(exc)}", where="--store") from None
 
     @contextmanager
     def _write(self, schema: bool = False) -> Iterator[sa.Connection]:
@@ -401,7 +412,7 @@ class Store:
 
     def _check_not_newer(self, version: int) -> None:
         if version > SCHEMA_VERSION:
-            raise BenchInputError(f"{self.url} was written by a newer bench (schema {version}; this "
+            raise BenchInputError(f"{self.shown} was written by a newer bench (schema {version}; this "
                                   f"bench reads up to {SCHEMA_VERSION}): upgrade bench", where="--store")
 
     def _columns(self, table: sa.Table, kind: str) -> list[sa.Column]:
@@ -410,8 +421,10 @@ class Store:
     # -- writing ---------------------------------------------------------------------------
     def create_run(self, suite: str, suite_path: str, quick: bool, n_cases: int, env: dict[str, Any],
                    options: dict[str, Any], suite_text: str | None = None, spec: SuiteSpec | None = None,
-                   *, lease: bool = False, run_id: str | None = None) -> str:
-        """A new run (status ``running``); its id. ``lease``: this handle also becomes its one driver, in the
+                   *, lease: bool = False, run_id: str | None = None,
+                   invocation: dict[str, Any] | None = None) -> str:
+        """A new run (status ``running``); its id; ``invocation``: the command and options that made it
+        (:attr:`harness.contract.records.RunRecord.invocation`). ``lease``: this handle also becomes its one driver, in the
         same transaction (release it with :meth:`release_run`). An id that is taken is drawn again, unless it was
         given (``run_id``: the same run in another store, e.g. a fallback file)."""
         for _ in range(10 if run_id is None else 1):
@@ -421,7 +434,7 @@ class Store:
                 self._insert_run(dict(
                     id=run_id, suite=suite, suite_path=suite_path, quick=quick, status="running",
                     n_cases=n_cases, started_at=_now(), env=env, options=options, suite_text=suite_text,
-                    suite_spec=spec.to_dict() if spec is not None else None), row)
+                    suite_spec=spec.to_dict() if spec is not None else None, invocation=invocation or {}), row)
             except IntegrityError:
                 log.debug("run id %s is taken; drawing another", run_id)
                 run_id = None
@@ -433,6 +446,7 @@ class Store:
 
     @retrying
     def _insert_run(self, values: dict[str, Any], lease_row: dict[str, Any] | None) -> None:
+        values = {**values, **{k: hide_passwords_in(values[k]) for k in ("options", "env", "invocation")}}
         with self._write() as conn:
             conn.execute(runs.insert().values(**values))
             if lease_row is not None:
@@ -467,7 +481,8 @@ class Store:
         with self._write() as conn:
             options = conn.execute(sa.select(runs.c.options).where(runs.c.id == run_id).with_for_update()
                                    ).scalar_one()
-            conn.execute(runs.update().where(runs.c.id == run_id).values(options={**(options or {}), **items}))
+            conn.execute(runs.update().where(runs.c.id == run_id).values(
+                options=hide_passwords_in({**(options or {}), **items})))
 
     @retrying
     def reopen_run(self, run_id: str, n_cases: int) -> None:
@@ -490,7 +505,8 @@ class Store:
                                       status=run.status, n_cases=run.n_cases, started_at=run.started_at,
                                       finished_at=run.finished_at or None, env=run.env, options=run.options,
                                       suite_text=run.suite_text,
-                                      suite_spec=run.spec.to_dict() if run.spec is not None else None), None)
+                                      suite_spec=run.spec.to_dict() if run.spec is not None else None,
+                                      invocation=dict(run.invocation)), None)
                 runs_added += 1
             for rec in src.records(run.id):
                 cases_added += self.add_record(run.id, rec)
@@ -541,7 +557,7 @@ class Store:
         try:
             self._delete_lease(run_id, owner)
         except Exception as exc:  # noqa: BLE001 — the run's results are stored; the lease will go stale
-            log.warning("could not release the lease on run %s: %s", run_id, exc)
+            log.warning("could not release the lease on run %s: %s", run_id, hide_passwords(str(exc)))
 
     @retrying
     def _delete_lease(self, run_id: str, owner: str) -> None:
@@ -578,7 +594,7 @@ class Store:
                 try:
                     renewed = self._renew(run_id, owner)
                 except Exception as exc:  # noqa: BLE001 — a missed heartbeat is not fatal; the next may pass
-                    log.warning("could not renew the lease on run %s: %s", run_id, exc)
+                    log.warning("could not renew the lease on run %s: %s", run_id, hide_passwords(str(exc)))
                     continue
                 if not renewed:
                     log.warning("run %s: its lease was taken over by another driver", run_id)
@@ -658,8 +674,10 @@ def _case(row: dict[str, Any]) -> CaseRecord:
 def _run(row: dict[str, Any]) -> RunRecord:
     spec = row.get("suite_spec")
     return RunRecord(id=row["id"], suite=row["suite"], quick=bool(row["quick"]), status=row["status"],
-                     n_cases=int(row["n_cases"]), started_at=row["started_at"], env=row["env"] or {},
-                     options=row["options"] or {}, suite_path=row.get("suite_path") or "",
+                     n_cases=int(row["n_cases"]), started_at=row["started_at"],
+                     env=hide_passwords_in(row["env"] or {}), options=hide_passwords_in(row["options"] or {}),
+                     suite_path=row.get("suite_path") or "",
                      finished_at=row.get("finished_at") or "", stored=int(row.get("stored") or 0),
-                     suite_text=row.get("suite_text"), spec=SuiteSpec.from_dict(spec) if spec is not None else None)
+                     suite_text=row.get("suite_text"), spec=SuiteSpec.from_dict(spec) if spec is not None else None,
+                     invocation=hide_passwords_in(row.get("invocation") or {}))
 

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from harness.contract.secrets import hide_passwords_in
+
 Row = dict[str, Any]
 
 
@@ -46,6 +48,10 @@ def _v4_cases(row: Row) -> Row:
     return {**row, "sdpa_backend": row.get("sdpa_backend") or ""}
 
 
+def _v6_runs(row: Row) -> Row:
+    return {**row, "invocation": row.get("invocation") or {}, "options": hide_passwords_in(row.get("options") or {})}
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         2, "runs store the suite's text and its resolved spec (a report no longer re-reads the suite file)",
@@ -65,6 +71,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         ddl=("CREATE TABLE IF NOT EXISTS run_leases (run_id VARCHAR(40) NOT NULL PRIMARY KEY, "
              "owner VARCHAR(120) NOT NULL, host VARCHAR(200) NOT NULL, pid INTEGER NOT NULL, "
              "pid_started FLOAT NOT NULL, acquired_at VARCHAR(40) NOT NULL, heartbeat FLOAT NOT NULL)",)),
+    Migration(
+        6, "runs store the command and options that made them (bench show prints them); a password an older "
+           "bench kept in a run's options (its argv) is hidden",
+        ddl=("ALTER TABLE runs ADD COLUMN invocation JSON",),
+        runs=_v6_runs, new_run_columns=("invocation",)),
 )
 
 

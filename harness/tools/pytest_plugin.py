@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from harness.contract.spec import METRICS           # the contract is torch-free: cheap to import here
+from harness.contract.secrets import hide_passwords
 
 if TYPE_CHECKING:
     from harness.executors.base import Executor
@@ -227,4 +228,4 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         line = "  ".join(f"{cell:{a}{w}}" for cell, a, w in zip(row, align, widths)).rstrip()
         terminalreporter.write_line(line, bold=i == 0)
     if state.run_id is not None:
-        terminalreporter.write_line(f"stored as run {state.run_id} (suite {SUITE!r}) in {state.url}")
+        terminalreporter.write_line(f"stored as run {state.run_id} (suite {SUITE!r}) in {hide_passwords(state.url)}")

@@ -28,7 +28,7 @@ class BaselineTiming:
     round_cv: float | None
     samples_s: tuple[float, ...]
     rounds: tuple[int, ...]
-    n_processes: int = 1            # worker processes; their rounds consecutive (a file before issue 25: 1)
+    n_processes: int = 1            # worker processes; their rounds consecutive (a file without the field: 1)
     occasion_medians_ms: tuple[tuple[float, ...], ...] = ()   # per occasion its per-process medians (>= 2 occasions)
 
     @property
@@ -91,7 +91,7 @@ def _timing_doc(r: CaseRecord, occasions: Sequence[Sequence[float]] = ()) -> dic
     groups = process_groups(r.samples_s, rounds, n_proc)
     doc = {"median_ms": float(np.median(r.samples_s)) * 1e3, "round_cv": round_cv(r.samples_s, rounds),
            "samples_s": [float(s) for s in r.samples_s], "rounds": rounds}
-    if groups:                          # one process: the document stays as it was before issue 25
+    if groups:                          # one process: the document keeps its single-process form
         doc["n_processes"] = n_proc
         doc["process_medians_ms"] = [float(np.median(g)) * 1e3 for g in groups]
         doc["n_rounds"], doc["n_samples"] = len(rounds), len(r.samples_s)

@@ -1,4 +1,4 @@
-"""Round 3 of the claims (issue 29), the shared rule mechanisms and C17/C23:
+"""The claims' shared rule mechanisms, and C17/C23:
 
 - a rule states the smallest effect it could have seen (``power``), shown in its detail; a central rule that
   fails without the power to see the claimed effect reads inconclusive, never contradicted;

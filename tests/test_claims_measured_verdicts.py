@@ -1,6 +1,6 @@
-"""Issue 29, round 3 (engineer c05): the verdicts of C05, C09, C24 and C40 say what was measured.
+"""The verdicts of C05, C09, C24 and C40 say what was measured.
 
-Each test fails on the behaviour before this round: C40 had no memory rule against fused attention (a Mamba
+Each test guards against a way these verdicts could mislead: C40 had no memory rule against fused attention (a Mamba
 that needs 2.5× SDPA's memory read "supported"); C09's approximation rules were passed by uniform attention;
 C24 read the table's "ViT (pretrained)" column as Swin and tested only CNN > ViT; C05's central rule was a
 counted crossing in a window that held the known answer, and a crossing interval below d read "undecided".

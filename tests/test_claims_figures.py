@@ -1,7 +1,6 @@
-"""Issue 29, round 3 (engineer c02): central figures that could come out otherwise (C02, C03, C11, C26, C30, C39),
-C30 facing LLaMA's SwiGLU, C31 per size, quoted figures labelled (C28, C42), C41 as the project's own question
-decided with exact binomial intervals, and strict JSON for the claims document. Each test fails on the code
-before this round."""
+"""Claims' central figures that could come out otherwise (C02, C03, C11, C26, C30, C39), C30 facing LLaMA's SwiGLU,
+C31 per size, quoted figures labelled (C28, C42), C41 as the project's own question decided with exact binomial
+intervals, and strict JSON for the claims document."""
 from __future__ import annotations
 
 import json

@@ -1,6 +1,7 @@
-"""The documents' claims that had no verdict (C43–C48, claims/probes/round3.py): each probe's figures checked
-against an outside truth (receptive-field arithmetic, window geometry, exact equivariance), each claim decided,
-and each central rule shown able to fail on a deliberately wrong model or result."""
+"""The claims about architectural structure (C43–C48: receptive fields, windows, equivariance, residual paths,
+the data scale): each probe's figures checked against an outside truth (receptive-field arithmetic, window
+geometry, exact equivariance), each claim decided, and each central rule shown able to fail on a deliberately
+wrong model or result."""
 from __future__ import annotations
 
 import pytest
