@@ -43,9 +43,7 @@ import torch
 from torch import Tensor, nn
 
 from architectures.inputs import image_inputs, seq2seq_inputs, token_inputs
-from harness.contract.errors import BenchInputError
-from harness.contract.registry import register_namespace
-from harness.contract.spec import ArchSpec, Workload
+from harness.api import ArchSpec, BenchInputError, Workload, register_namespace
 
 HF_MISSING = "transformers is not installed: pip install -c constraints.txt -e '.[hf]'"
 Head = Literal["auto", "causal-lm", "base", "sequence-classification", "seq2seq-lm"]
