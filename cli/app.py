@@ -37,15 +37,16 @@ SHORT_HELP: dict[str, str] = {
     "export": "Export one run: JSON (one object per case), CSV (the same, flattened), Parquet (the CSV's table), tidy "
               "CSV (one row per case × metric) or pytest-benchmark's JSON (for `pytest-benchmark compare` and "
               "github-action-benchmark's `tool: pytest`).",
-    "compare": "Compare RUN_B against RUN_A case by case: ratio of medians B/A, 95% bootstrap CI, verdict.",
+    "compare": "Compare RUN_B against RUN_A case by case: ratio of medians B/A, its 95% interval (over processes "
+               "where both were measured in several), verdict (same only when the whole interval lies within 5%).",
     "merge": "Add the runs and cases of other stores (e.g. the local file a run kept while its store was down) to "
              "this store: runs matched by id and cases by key, so merging twice adds nothing.",
     "baseline": "Measure SUITE and write a baseline: every case's deterministic metrics (MACs, params, analytic and "
                 "tensor-peak bytes), RSS, timings with their raw samples in rounds (per occasion, each process's "
                 "median), and the environment fingerprint.",
     "check": "Measure SUITE again and give each case a verdict against a baseline: deterministic metrics must be "
-             "equal, timings regressed / improved / unchanged / inconclusive (inconclusive ones are measured once "
-             "more).",
+             "equal; a timing is unchanged only when its whole 95 % interval lies within 5 %, regressed or improved "
+             "when shown beyond it, else inconclusive with the smallest slowdown it could see (MDE).",
     "report": "One self-contained HTML report of one or more runs (RUN: an id, an id prefix, or `latest`).",
     "claims": "Test the documents' claims (claims/claims.toml; `--list` lists them): a verdict for each, with the figures that decided it, the device "
               "that measured them and their provenance.",
