@@ -346,12 +346,13 @@ class StaticKVCache(nn.Module):
         return cache
 
     def adopt(self, k: Tensor, v: Tensor) -> None:
-        """Take ``k``, ``v`` (B, Hkv, size, hd) as the buffers (no copy) holding the positions :meth:`over` said,
-        and go back to the position after them: the same decode step then runs again, writing the same slot."""
+        """Take ``k``, ``v`` (B, Hkv, size, hd) as the buffers (no copy; detached: the history of a step taken with
+        grad is not kept) holding the positions :meth:`over` said, and go back to the position after them: the
+        same decode step then runs again, writing the same slot."""
         if k.shape != v.shape or k.dim() != 4 or k.shape[2] != self.size:
             raise ValueError(f"need k, v of one shape (B, Hkv, {self.size}, hd), got {tuple(k.shape)} and "
                              f"{tuple(v.shape)}")
-        self._buffers["k"], self._buffers["v"] = k, v
+        self._buffers["k"], self._buffers["v"] = k.detach(), v.detach()   # a step with grad writes its slot anew
         self.pos.fill_(self.start)
 
     def release(self) -> None:

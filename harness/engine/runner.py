@@ -29,9 +29,8 @@ from harness.instruments.energy import EnergyConfig
 from harness.engine.env import usable_cores
 from harness.contract.replication import PRECISION
 from harness.contract.errors import BenchInputError
-from harness.instruments.fake import fake_case
 from harness.instruments.load import Load, LoadMonitor
-from harness.engine.models import MODELS, model_key, release
+from harness.engine.models import MODELS, fake_case, model_key, release
 from harness.engine.overhead import metric_name, warmup_shares
 from harness.contract.plugins import load_files as load_plugin_files
 from harness.contract.records import CaseRecord
