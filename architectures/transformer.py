@@ -1,6 +1,7 @@
 """Transformers in three layouts built from the shared layers; presets are data.
 
-* ``decoder`` (GPT-like): causal self-attention, LM head, KV-cache ``generate``.
+* ``decoder`` (GPT-like): causal self-attention, LM head; generated from through the generation protocol
+  (a static KV cache: :mod:`harness.engine.generation` runs the one generation loop).
 * ``encoder`` (BERT-like): bidirectional self-attention, [CLS] or mean pooling, class logits.
 * ``encoder-decoder`` (the original Transformer, T5): the decoder's blocks add cross-attention
   to the encoder's output through the same ``Attention`` (``kind="cross"``).
@@ -23,7 +24,7 @@ from torch import Tensor, nn
 
 from architectures import transformer_cost as cost
 from architectures.inputs import seq2seq_inputs, token_inputs
-from architectures.layers.attention import Attention, AttnImpl, HeadLayout, KVCache, StaticKVCache, StaticKVState
+from architectures.layers.attention import Attention, AttnImpl, HeadLayout, StaticKVCache, StaticKVState
 from architectures.layers.efficient import SlidingWindowCore
 from architectures.layers.blocks import MLP, RESIDUALS, Activation, Block, NormKind, make_norm
 from architectures.layers.positions import PositionKind, make_positions
@@ -157,9 +158,9 @@ class Stack(nn.Module):
         self.norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) if cfg.norm_placement == "pre" else nn.Identity()
 
     def forward(self, x: Tensor, context: Tensor | None = None,
-                caches: list[KVCache] | list[StaticKVCache] | None = None) -> Tensor:
+                caches: list[StaticKVCache] | None = None) -> Tensor:
         if caches is not None and len(caches) != len(self.blocks):
-            raise ValueError(f"need one KVCache per layer ({len(self.blocks)}), got {len(caches)}")
+            raise ValueError(f"need one StaticKVCache per layer ({len(self.blocks)}), got {len(caches)}")
         t = x.shape[1]
         offset, s = caches[0].span(t) if caches else (0, t)               # s: the keys each query attends over
         x = self.pos.embed(x, offset)                                     # (B, T, d)
@@ -204,12 +205,8 @@ class Decoder(nn.Module):
         self.stack = Stack(cfg, causal=True)
         self.head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
 
-    def forward(self, tokens: Tensor, caches: list[KVCache] | None = None) -> Tensor:
-        """With ``caches`` (one per layer), ``tokens`` continue the cached sequence."""
-        return lm_logits(self.stack(self.tok(tokens), caches=caches), self.tok, self.head)
-
-    def new_caches(self) -> list[KVCache]:
-        return [KVCache() for _ in self.stack.blocks]
+    def forward(self, tokens: Tensor) -> Tensor:
+        return lm_logits(self.stack(self.tok(tokens)), self.tok, self.head)
 
     # The generation protocol (harness.engine.generation): a state made once, a prefill, then one token per decode call.
     @staticmethod
@@ -223,6 +220,9 @@ class Decoder(nn.Module):
         """One :class:`StaticKVCache` per layer for sequences of at most ``max_len`` positions (a ring of
         window + 1 slots with a sliding window), on the device and in the dtype of the weights."""
         cfg = self.cfg
+        if cfg.positions == "learned" and max_len > cfg.max_seq_len:
+            raise ValueError(f"learned positions cover {cfg.max_seq_len} tokens; a generation state of {max_len} "
+                             f"positions would pass them (raise max_seq_len or use sinusoidal/rope/alibi positions)")
         return StaticKVState(StaticKVCache(batch, cfg.kv_heads, cfg.head_dim, max_len, cfg.window,
                                            like=self.tok.weight) for _ in self.stack.blocks)
 
@@ -237,26 +237,6 @@ class Decoder(nn.Module):
         """One token (B, 1) after those in ``state`` (written into it) -> its logits (B, vocab)."""
         h = self.stack(self.tok(token), caches=list(state))               # (B, 1, d)
         return lm_logits(h[:, -1], self.tok, self.head)                   # (B, vocab)
-
-    @torch.no_grad()
-    def generate(self, tokens: Tensor, max_new_tokens: int, use_cache: bool = True,
-                 caches: list[KVCache] | None = None) -> Tensor:
-        """Greedy decoding: (B, T) -> (B, T + max_new_tokens). With the cache, the prompt is run once
-        and every later step feeds one token; without it, every step reruns the whole sequence.
-        Pass ``caches`` (from :meth:`new_caches`) to inspect them afterwards: they then hold
-        T + max_new_tokens - 1 positions (the last token is never fed back). Train/eval is the caller's."""
-        if use_cache:
-            caches = self.new_caches() if caches is None else caches
-            logits = self(tokens, caches)
-        out = tokens
-        for step in range(max_new_tokens):
-            if not use_cache:
-                logits = self(out)
-            nxt = logits[:, -1].argmax(dim=-1, keepdim=True)             # (B, 1)
-            out = torch.cat([out, nxt], dim=1)
-            if use_cache and step + 1 < max_new_tokens:
-                logits = self(nxt, caches)
-        return out
 
 
 class Encoder(nn.Module):
@@ -300,8 +280,9 @@ class EncoderDecoder(nn.Module):
     def encode(self, src: Tensor) -> Tensor:                              # (B, S) -> (B, S, d)
         return self.encoder(self.tok(src))
 
-    def decode(self, tgt: Tensor, memory: Tensor, caches: list[KVCache] | None = None) -> Tensor:
-        """tgt (B, T), memory (B, S, d) -> logits (B, T, vocab)."""
+    def decode(self, tgt: Tensor, memory: Tensor, caches: list[StaticKVCache] | None = None) -> Tensor:
+        """tgt (B, T), memory (B, S, d) -> logits (B, T, vocab); with ``caches`` (one per decoder layer), a prompt
+        and then one token per call, as a generation's prefill and decode steps feed them."""
         tok = self.tok if self.tgt_tok is None else self.tgt_tok
         return lm_logits(self.decoder(tok(tgt), memory, caches), tok, self.head)
 

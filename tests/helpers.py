@@ -85,3 +85,13 @@ def store_slower_copy(store: Store, run: RunRecord, factor: float = 2.0) -> str:
         store.add_record(copy, dataclasses.replace(r, metrics=metrics, run_id=""))
     store.finish_run(copy)
     return copy
+
+
+@torch.no_grad()
+def greedy_without_cache(model: torch.nn.Module, prompt: torch.Tensor, new_tokens: int) -> torch.Tensor:
+    """The definition the generation loop must meet: greedy decoding that reruns the whole sequence (B, T) through
+    ``model``'s plain forward at every step -> the ``new_tokens`` new ids (B, N)."""
+    out = prompt
+    for _ in range(new_tokens):
+        out = torch.cat([out, model(out)[:, -1].argmax(dim=-1, keepdim=True)], dim=1)   # (B, T + 1)
+    return out[:, prompt.shape[1]:]

@@ -22,6 +22,10 @@ def test_two_versions_alternate_in_worker_processes():
     assert base.metric("macs") == cand.metric("macs") and base.metric("params") == cand.metric("params")
     assert base.group == cand.group and len(base.rounds) == len(cand.rounds) == 6   # 5 rounded up: 3 per worker
     assert base.metric("n_processes") == cand.metric("n_processes") == 2 and base.metric("process_rounds") == 3
+    # measured as a run measures: the memory pass and the kernel probe too
+    assert base.sdpa_backend and base.sdpa_backend == cand.sdpa_backend
+    assert base.metric("executed_macs") == cand.metric("executed_macs") and base.metric("executed_macs") > 0
+    assert base.metric("peak_bytes") and cand.metric("peak_bytes")
 
 
 def test_against_needs_a_real_commit_with_the_worker():

@@ -10,7 +10,7 @@ from architectures.inputs import hidden_inputs
 from architectures.layers.attention import (
     Attention,
     ExactCore,
-    KVCache,
+    StaticKVCache,
     causal_mask,
     eager_attention,
     sdpa_attention,
@@ -108,7 +108,7 @@ def test_kv_cache_decoding_equals_full_pass(impl):
     x = torch.randn(2, 7, 32)
     with torch.no_grad():
         full = att(x, causal=True)
-        cache = KVCache()
+        cache = StaticKVCache(2, 1, 8, 7, like=x)
         prefix = att(x[:, :4], causal=True, cache=cache)
         steps = [att(x[:, i:i + 1], causal=True, cache=cache) for i in range(4, 7)]
     torch.testing.assert_close(torch.cat([prefix, *steps], dim=1), full, rtol=1e-5, atol=1e-5)
@@ -198,11 +198,12 @@ def test_position_hooks_with_cache_offset_equal_full_pass(impl, positions):
 
     def run(chunk, cache, offset):
         t = chunk.shape[1]
-        return att(chunk, causal=True, bias=pos.bias(t, offset + t, offset), rotate=pos.rotate, cache=cache)
+        at, s = cache.span(t) if cache is not None else (offset, offset + t)   # a decode step sees every slot
+        return att(chunk, causal=True, bias=pos.bias(t, s, at), rotate=pos.rotate, cache=cache)
     with torch.no_grad():
         full = run(x, None, 0)
-        cache = KVCache()
-        parts = [run(x[:, :3], cache, 0), run(x[:, 3:6], cache, 3)] + [run(x[:, i:i + 1], cache, i) for i in (6, 7, 8)]
+        cache = StaticKVCache(2, 2, 8, 9, like=x)
+        parts = [run(x[:, :6], cache, 0)] + [run(x[:, i:i + 1], cache, i) for i in (6, 7, 8)]
     torch.testing.assert_close(torch.cat(parts, dim=1), full, rtol=1e-5, atol=1e-5)
 
 

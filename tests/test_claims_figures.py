@@ -64,11 +64,12 @@ def test_c03_the_operating_system_sees_the_score_tensor():
 
 def test_c11_the_allocator_sees_what_the_caches_hold():
     """After a prefill and one decode step GQA-8 of 32 heads holds 1/4 of MHA's bytes, and right after the prefill
-    too: the dynamic cache copies K/V out of the fused QKV output (it used to keep views of it, queries
-    included: (32 + 16)/96 = 1/2)."""
+    too: the static cache copies K/V out of the fused QKV output into its buffers (a cache keeping views of it,
+    queries included, would hold (32 + 16)/96 = 1/2). Within 2 %: each cache's int64 position bookkeeping
+    (8 · 18 B a layer) is held too, whatever the heads."""
     figs = variants.kv_figures(32, 8)
-    assert figs["kv_ratio_held"].value == pytest.approx(0.25)
-    assert figs["kv_ratio_held_prefill"].value == pytest.approx(0.25)      # K/V copied out of the fused QKV
+    assert figs["kv_ratio_held"].value == pytest.approx(0.25, rel=0.02)
+    assert figs["kv_ratio_held_prefill"].value == pytest.approx(0.25, rel=0.02)   # K/V copied out of the fused QKV
     ev = Evidence(figures={**figs, "kv_ratio_held": Figure(0.5)})
     assert decide(CATALOG["C11"], ev).verdict == "contradicted"          # a cache holding more would fail it
 

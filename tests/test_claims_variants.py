@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from architectures.layers.attention import KVCache
+from architectures.layers.attention import StaticKVCache, StaticKVState
 from architectures.transformer import Decoder, DecoderConfig
 from architectures.transformer_cost import decoder_params
 from claims.catalog import load_catalog
@@ -43,12 +43,18 @@ def test_kv_ratio_is_the_real_caches_ratio():
 def test_kv_ratio_moves_when_the_cache_is_bigger_than_the_formula(monkeypatch):
     """A decoder that stores K/V expanded to every query head (as a GQA implementation that repeats K/V
     before caching would): the formula still says 1/8, the real ratio is 1 and the check fails."""
-    def expanded(self: KVCache, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        kk, vv = (t.repeat_interleave(8 // t.shape[1], dim=1) for t in (k, v))   # (B, 8, T, hd)
-        self.k = kk if self.k is None else torch.cat([self.k, kk], dim=2)
-        self.v = vv if self.v is None else torch.cat([self.v, vv], dim=2)
-        return k, v                                                           # attention sees the real ones
-    monkeypatch.setattr(KVCache, "append", expanded)
+    mix = StaticKVCache.mix
+
+    def expanded(self: StaticKVCache, core, q, k, v, *rest):
+        k, v = (t.repeat_interleave(q.shape[1] // t.shape[1], dim=1) for t in (k, v))   # (B, H, T, hd)
+        return mix(self, core, q, k, v, *rest)
+
+    def wide_state(self: Decoder, batch: int, max_len: int) -> StaticKVState:
+        cfg = self.cfg
+        return StaticKVState(StaticKVCache(batch, cfg.n_heads, cfg.head_dim, max_len, like=self.tok.weight)
+                             for _ in self.stack.blocks)
+    monkeypatch.setattr(StaticKVCache, "mix", expanded)
+    monkeypatch.setattr(Decoder, "generation_state", wide_state)
     figs = variants.kv_figures(8, 1)
     assert figs["kv_ratio"].value == 1.0                                       # the formula says 0.125
     assert figs["kv_formula_matches_cache"].value is False
@@ -127,7 +133,7 @@ def test_generation_times_decode_is_sequential():
     torch.manual_seed(0)
     model = Decoder(DecoderConfig(vocab_size=32, d_model=16, n_layers=1, n_heads=2)).eval()
     calls = []
-    model.register_forward_pre_hook(lambda m, args: calls.append(args[0].shape[1]))
+    model.stack.register_forward_pre_hook(lambda m, args: calls.append(args[0].shape[1]))   # every forward
     dec, pre = variants.generation_times(model, 6, repeats=2)
     assert dec.rounds == pre.rounds == (1, 1) and all(t > 0 for t in dec.samples_s + pre.samples_s)
     assert calls.count(6) == 4 and calls.count(1) == 4 * 6               # cold + warm-up + 2 rounds, each side

@@ -1,5 +1,6 @@
-"""The decode-step model: a cached step equals the full forward's last position; its cache inputs are
-exactly ``kv_cache_bytes``; its analytic cost equals the counters."""
+"""The decode-step model: a cached step (the generation loop's own ``Decoder.decode`` on a static cache) equals the
+full forward's last position; its cache inputs are ``kv_cache_bytes`` plus the slot the step writes; its analytic
+cost equals the counters."""
 from __future__ import annotations
 
 import dataclasses
@@ -34,17 +35,19 @@ def test_cached_step_equals_full_forward(impl, n_kv, positions):
     b, n = 2, 11
     tokens = torch.randint(0, cfg.vocab_size, (b, n + 1))
     with torch.no_grad():
-        caches = cached.decoder.new_caches()
-        cached.decoder(tokens[:, :n], caches)                  # a real prefill of the context
-        cache_inputs = [t for c in caches for t in (c.k, c.v)]
-        before = [t.clone() for t in cache_inputs]
-        step = cached(tokens[:, n:], *cache_inputs)             # (B, 1, vocab)
+        state = cached.decoder.generation_state(b, n + 1)
+        cached.decoder.prefill(tokens[:, :n], state)            # a real prefill of the context
+        cache_inputs = [t for c in state for t in (c.k, c.v)]   # each (B, Hkv, n + 1, hd)
+        before = [t[:, :, :n].clone() for t in cache_inputs]
+        steps = [cached(tokens[:, n:], *cache_inputs) for _ in range(3)]   # (B, 1, vocab) each: the same step
         rerun = full(tokens)                                    # (B, 1, vocab)
         reference = cached.decoder(tokens)[:, -1:]              # the decoder's own full forward
-    assert step.shape == (b, 1, cfg.vocab_size)
-    torch.testing.assert_close(step, reference, atol=1e-5, rtol=1e-4)
+    assert steps[0].shape == (b, 1, cfg.vocab_size)
+    for step in steps:
+        torch.testing.assert_close(step, reference, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(rerun, reference, atol=1e-5, rtol=1e-4)
-    assert all(torch.equal(x, y) for x, y in zip(cache_inputs, before)), "the step mutated its cache inputs"
+    assert all(torch.equal(x[:, :, :n], y) for x, y in zip(cache_inputs, before)), "the step changed the context"
+    assert cached._kept[0][0]._buffers["k"] is None, "the step kept its inputs alive"
 
 
 @pytest.mark.parametrize("n_kv", [8, 2, 1])
@@ -56,9 +59,10 @@ def test_cache_inputs_are_kv_cache_bytes(n_kv, batch, n):
     with mode:                                                  # fake tensors: shapes only
         token, *cache = spec.make_inputs(spec.config, w, CPU)
     assert token.shape == (batch, 1) and len(cache) == 2 * spec.config.n_layers
-    assert all(t.shape == (batch, n_kv, n, spec.config.head_dim) for t in cache)
+    assert all(t.shape == (batch, n_kv, n + 1, spec.config.head_dim) for t in cache)   # + the slot the step writes
     nbytes = sum(t.numel() * t.element_size() for t in cache)
-    assert nbytes == kv_cache_bytes(spec.config, batch, n, 4) == spec.cost(spec.config, w)["kv_cache_bytes"]
+    assert nbytes == kv_cache_bytes(spec.config, batch, n + 1, 4)
+    assert spec.cost(spec.config, w)["kv_cache_bytes"] == kv_cache_bytes(spec.config, batch, n, 4)   # what it reads
     no_cache = registry.resolve("decode-step-small", n_kv_heads=n_kv, use_cache=False)
     with new_fake_mode():
         (tokens,) = no_cache.make_inputs(no_cache.config, w, CPU)

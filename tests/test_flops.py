@@ -124,6 +124,24 @@ def test_cpu_sdpa_counts_qk_and_av():
     assert count.flops == stock.sdpa_flop_count(q.shape, k.shape, v.shape)
 
 
+def test_calls_are_each_counting_op_in_order_with_the_totals_formulas():
+    """``calls=True``: one entry per op that counted work, in dispatch order, summing to the total — the CPU fused
+    attention included (torch's stock registry counts it 0)."""
+    layer = nn.Linear(16, 64)
+    q = torch.randn(1, 2, 8, 32)
+
+    def run() -> None:
+        with torch.no_grad():
+            F.scaled_dot_product_attention(q, q, q)
+            layer(torch.randn(3, 16))
+    count = count_flops(run, calls=True)
+    assert [c.op for c in count.calls] == ["aten._scaled_dot_product_flash_attention_for_cpu", "aten.addmm"]
+    assert [c.macs for c in count.calls] == [2 * 2 * 8 * 8 * 32, 3 * 16 * 64]
+    assert count.calls[1].out_shape == (3, 64)
+    assert sum(c.flops for c in count.calls) == count.flops
+    assert count_flops(run).calls == ()                                   # recorded only when asked
+
+
 def test_causal_sdpa_counts_the_full_square():
     """Convention (the stock counter's): causal masking does not halve the count."""
     q = torch.randn(1, 2, 128, 16)

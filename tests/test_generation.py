@@ -97,6 +97,7 @@ def test_a_second_prompt_without_reset_is_refused() -> None:
 from harness.engine import generation# noqa: E402
 from harness.contract.spec import Case, Workload  # noqa: E402
 from harness.instruments.timing import TimingConfig, measure  # noqa: E402
+from tests.helpers import greedy_without_cache  # noqa: E402
 
 
 def _tiny_generation(new_tokens: int = 5, **kw: object) -> generation.Generation:
@@ -108,8 +109,7 @@ def _tiny_generation(new_tokens: int = 5, **kw: object) -> generation.Generation
 def test_the_loop_generates_what_greedy_decoding_without_a_cache_generates() -> None:
     gen = _tiny_generation(6, n_kv_heads=2)
     gen()
-    reference = gen.model.generate(gen.prompt, 6, use_cache=False)       # (B, 7 + 6): reruns every step
-    assert torch.equal(gen.tokens, reference[:, 7:])
+    assert torch.equal(gen.tokens, greedy_without_cache(gen.model, gen.prompt, 6))   # (B, 6): reruns every step
 
 
 def test_figures_follow_their_definitions_on_a_counting_clock(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,7 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from architectures.efficient_attention import LongEncoderConfig, cost, make_attention
-from architectures.layers.attention import Attention, KVCache, eager_attention
+from architectures.layers.attention import Attention, StaticKVCache, eager_attention
 from architectures.layers.efficient import LongformerCore, SlidingWindowCore, approximation_error
 from harness.instruments.fake import build_fake, new_fake_mode
 from harness.instruments.flops import count_model
@@ -141,8 +141,8 @@ def test_refuses_what_it_cannot_honour():
         mod(x, causal=True)
     with pytest.raises(ValueError, match="additive bias"):
         mod(x, bias=torch.zeros(4, 6, 6))
-    cache = KVCache()
-    mod(x, cache=cache)
+    cache = StaticKVCache(1, 4, 8, 7, like=x)
+    mod(x, cache=cache)                                                  # a prefill mixes the prompt as without one
     with pytest.raises(ValueError, match="KV cache"):
         mod(x[:, :1], cache=cache)
     q, k, v = random_qkv(6)

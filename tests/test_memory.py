@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from harness.engine.steps import Step
 from harness.instruments.fake import build_fake, new_fake_mode
 from harness.instruments.memory import (
     LiveTensorTracker,
@@ -224,6 +225,16 @@ def test_activation_peak_cuda_is_the_peak_above_what_was_alive_before() -> None:
         activation_peak_cuda({**peak, "cuda_max_allocated_bytes": MiB})
 
 
+class _Step(Step):
+    """A plain function as the measured step."""
+
+    def __init__(self, fn) -> None:
+        self.fn = fn
+
+    def __call__(self):
+        return self.fn()
+
+
 def test_measure_memory_stores_activation_peak_on_cuda(monkeypatch) -> None:
     """A CUDA case (the allocator faked: no GPU here) stores ``activation_peak_bytes``, which C08 reads, next to
     ``peak_bytes`` — the same metric a CPU case stores."""
@@ -235,12 +246,13 @@ def test_measure_memory_stores_activation_peak_on_cuda(monkeypatch) -> None:
     monkeypatch.setattr(memory, "measure_peak_cuda", lambda fn, device: seen.append(fn()) or {
         "cuda_max_allocated_bytes": 2_254_000_000, "cuda_allocated_before_bytes": 54_000_000,
         "cuda_max_reserved_bytes": 2_400_000_000})
-    p = SimpleNamespace(case=SimpleNamespace(workload=SimpleNamespace(device="cuda")), metrics={}, step=lambda: 1)
+    p = SimpleNamespace(case=SimpleNamespace(workload=SimpleNamespace(device="cuda")), metrics={}, step=_Step(lambda: 1),
+                        model=nn.Linear(4, 4), inputs=())
     runner.measure_memory(p)
     assert seen == [1]
     assert p.metrics["activation_peak_bytes"] == 2_200_000_000 and p.metrics["peak_bytes"] == 2_254_000_000
     cpu = SimpleNamespace(case=SimpleNamespace(workload=SimpleNamespace(device="cpu")), metrics={},
-                          model=nn.Linear(4, 4), inputs=(torch.zeros(2, 4),), step=lambda: torch.ones(256))
+                          model=nn.Linear(4, 4), inputs=(torch.zeros(2, 4),), step=_Step(lambda: torch.ones(256)))
     runner.measure_memory(cpu)
     assert cpu.metrics["activation_peak_bytes"] == 256 * F32                              # the same meaning on CPU
     assert set(p.metrics) >= {"activation_peak_bytes", "peak_bytes"} <= set(cpu.metrics)
@@ -258,6 +270,6 @@ def test_activation_peak_on_cuda_matches_the_cpu_tensor_peak() -> None:
     with torch.no_grad():
         eager_attention(q, k, v)                             # warm: cuBLAS handles and workspace allocated before
         p = SimpleNamespace(case=SimpleNamespace(workload=SimpleNamespace(device="cuda")), metrics={},
-                            step=lambda: eager_attention(q, k, v))
+                            step=_Step(lambda: eager_attention(q, k, v)), model=nn.Identity(), inputs=())
         runner.measure_memory(p)
     assert 0.97 * EAGER_PEAK <= p.metrics["activation_peak_bytes"] <= 1.1 * EAGER_PEAK

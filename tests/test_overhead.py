@@ -17,7 +17,7 @@ from harness.engine.overhead import (CASE_PARTS, MEASURED, RunOverhead, metric_n
                               warmup_shares)
 from harness.contract.metrics import GATE_EQUAL
 from harness.contract.registry import resolve
-from harness.engine.models import MODELS, build_model, cheap_init, model_key
+from harness.engine.models import MODELS, materialize, cheap_init, model_key
 from harness.engine.runner import RunOptions, run_case, run_group
 from harness.contract.spec import Case, Workload
 from harness.store.db import Store
@@ -179,7 +179,7 @@ def test_cheap_init_keeps_each_init_distribution_and_restores_torch():
 def test_cheap_init_is_deterministic_and_finite():
     spec = resolve("vit-tiny") if _has("vit-tiny") else resolve("decoder-tiny")
     w = Workload(img_size=32, seq_len=16)
-    a, b = (build_model(spec, w, torch.device("cpu")) for _ in range(2))
+    a, b = (materialize(spec, w, torch.device("cpu")) for _ in range(2))
     for (n, pa), pb in zip(a.state_dict().items(), b.state_dict().values()):
         assert torch.equal(pa, pb), n
         if pa.is_floating_point():

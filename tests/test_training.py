@@ -17,7 +17,7 @@ from harness.engine import training
 from harness.engine.compiled import compile_model, warm_up_compiled
 from harness.contract.errors import BenchInputError
 from harness.instruments.flops import count_flops
-from harness.engine.models import build_model
+from harness.engine.models import materialize
 from harness.engine.runner import RunOptions, run_case, workload_step
 from harness.contract.spec import Case, Workload, workload_dict
 from harness.store.db import Store
@@ -37,7 +37,7 @@ def small(name: str):
 
 def train_step(name: str, w: Workload = TRAIN, **over):
     spec = registry.resolve(name, **{**dict(registry.get(name).small), **over})
-    model = build_model(spec, w, CPU)           # seeded, cheap init, checkpointing applied as the runner does
+    model = materialize(spec, w, CPU)           # seeded, cheap init, checkpointing applied as the runner does
     inputs = spec.make_inputs(spec.config, w, CPU)
     return training.make_train_step(model, inputs, w)
 

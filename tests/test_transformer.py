@@ -10,7 +10,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from architectures.layers.attention import KVCache
+from architectures.layers.attention import StaticKVCache
 from architectures.layers.positions import POSITION_KINDS, SinusoidalPositions, alibi_slopes, make_positions
 from architectures.transformer import (PRESETS, Decoder, counterfactual, DecoderConfig, Encoder, EncoderConfig, EncoderDecoder,
                                        EncoderDecoderConfig, seq2seq_inputs, token_inputs)
@@ -19,7 +19,8 @@ from harness.contract import registry
 from harness.instruments.fake import build_fake, new_fake_mode
 from harness.instruments.flops import count_model, count_params
 from harness.contract.spec import Workload
-from tests.helpers import counted_cost
+from harness.engine.generation import Generation
+from tests.helpers import counted_cost, greedy_without_cache
 
 CPU = torch.device("cpu")
 LAYOUTS = {"decoder": (DecoderConfig, Decoder, token_inputs, decoder_cost),
@@ -102,13 +103,12 @@ def test_every_preset_cost_matches_counts(name):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_kv_cache_bytes_formula_equals_a_real_cache(n_kv, dtype):
     model = build("decoder", n_kv_heads=n_kv, positions="rope").to(dtype)
-    caches = model.new_caches()
-    out = model.generate(tokens(3, 5), max_new_tokens=4, caches=caches)
-    assert out.shape == (3, 9)
-    held = out.shape[1] - 1                        # the last generated token is never fed back
-    assert all(c.length == held for c in caches)
+    gen = Generation(model, tokens(3, 5), 4)
+    gen()
+    assert gen.tokens.shape == (3, 4)
+    held = 5 + 4                                   # the state is sized for the prompt and every new token
     cfg = model.cfg
-    assert sum(c.nbytes() for c in caches) == kv_cache_bytes(cfg, 3, held, dtype.itemsize)
+    assert gen.state.nbytes() == kv_cache_bytes(cfg, 3, held, dtype.itemsize)
     assert decoder_cost(cfg, Workload(batch_size=3, seq_len=held, dtype="bf16" if dtype == torch.bfloat16 else "fp32")
                         )["kv_cache_bytes"] == kv_cache_bytes(cfg, 3, held, dtype.itemsize)
 
@@ -185,12 +185,14 @@ def test_kv_cache_decoding_equals_full_forward(positions, n_kv, impl):
     model = build("decoder", positions=positions, n_kv_heads=n_kv, attn_impl=impl)
     x = tokens(2, 10)
     with torch.no_grad():
-        full = model(x)
-        caches = model.new_caches()
-        parts = [model(x[:, :4], caches), model(x[:, 4:7], caches)]          # prompt, then a 3-token chunk
-        parts += [model(x[:, i:i + 1], caches) for i in range(7, 10)]        # then one token at a time
-    torch.testing.assert_close(torch.cat(parts, dim=1), full, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(model.generate(x[:, :5], 5), model.generate(x[:, :5], 5, use_cache=False))
+        full = model(x)                                                       # (B, 10, vocab)
+        state = model.generation_state(2, 10)
+        parts = [model.prefill(x[:, :7], state)]                              # the prompt's last position
+        parts += [model.decode(x[:, i:i + 1], state) for i in range(7, 10)]   # then one token at a time
+    torch.testing.assert_close(torch.stack(parts, dim=1), full[:, 6:], rtol=1e-5, atol=1e-5)
+    gen = Generation(model, x[:, :5], 5)
+    gen()
+    torch.testing.assert_close(gen.tokens, greedy_without_cache(model, x[:, :5], 5))
 
 
 def test_encoder_decoder_incremental_decoding_equals_full_decode():
@@ -199,7 +201,7 @@ def test_encoder_decoder_incremental_decoding_equals_full_decode():
     with torch.no_grad():
         memory = model.encode(src)
         full = model.decode(tgt, memory)
-        caches = [KVCache() for _ in model.decoder.blocks]
+        caches = [StaticKVCache(2, 2, model.cfg.head_dim, 7, like=memory) for _ in model.decoder.blocks]
         steps = [model.decode(tgt[:, :3], memory, caches)] + [model.decode(tgt[:, i:i + 1], memory, caches)
                                                                 for i in range(3, 7)]
         other_src = model(tokens(2, 6, seed=9), tgt)
@@ -267,9 +269,9 @@ def test_learned_positions_past_max_seq_len_raise(layout):
     with pytest.raises(ValueError, match="learned positions cover 8 tokens; got position 8"):
         model(*inputs)
     if layout == "decoder":
-        model.generate(tokens(1, 4), 4)                                  # 4 + 4 - 1 positions: fits
+        Generation(model, tokens(1, 4), 4)()                             # 4 + 4 - 1 positions: fits
         with pytest.raises(ValueError, match="learned positions cover 8 tokens"):
-            model.generate(tokens(1, 4), 6)
+            Generation(model, tokens(1, 4), 6)()
 
 
 def test_invalid_configs_raise():

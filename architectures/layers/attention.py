@@ -262,7 +262,7 @@ class Attention(nn.Module):
 
     def forward(self, x: Tensor, context: Tensor | None = None, *, causal: bool = False,
                 bias: Tensor | None = None, rotate: Rotation | None = None,
-                cache: KVCache | StaticKVCache | None = None) -> Tensor:
+                cache: StaticKVCache | None = None) -> Tensor:
         """x: (B, T, d_model); context: (B, S, context_dim) for cross-attention. Returns (B, T, d_model)."""
         b, t, d = x.shape
         hd, h, hkv = self.head_dim, self.n_heads, self.n_kv_heads
@@ -275,53 +275,19 @@ class Attention(nn.Module):
             q = self.q(x).view(b, t, h, hd).transpose(1, 2)               # (B, H, T, hd)
             kv = self.kv(context).view(b, -1, 2 * hkv, hd).transpose(1, 2)   # (B, 2·Hkv, S, hd)
             k, v = kv.split(hkv, dim=1)                                   # 2 × (B, Hkv, S, hd)
-        offset = cache.span(t)[0] if cache is not None else 0             # an int, or a static cache's 0-d tensor
         if rotate is not None:
+            offset = cache.span(t)[0] if cache is not None else 0         # an int, or a static cache's 0-d tensor
             q, k = rotate(q, k, offset)
         dropout = self.dropout if self.training else 0.0
-        if isinstance(cache, StaticKVCache):
+        if cache is not None:
             y = cache.mix(self.core, q, k, v, bias, causal, dropout, self.scale)   # (B, H, T, hd)
         else:
-            if cache is not None:
-                k, v = cache.append(k, v)                                 # (B, Hkv, offset+S, hd)
-            y = self.core(q, k, v, bias, causal, offset, dropout, self.scale)
+            y = self.core(q, k, v, bias, causal, 0, dropout, self.scale)          # (B, H, T, hd)
         return self.out(y.transpose(1, 2).reshape(b, t, d))               # (B, H, T, hd) -> (B, T, d)
 
     def mix_macs(self, batch: int, t: int, s: int | None = None, causal: bool = False) -> int:
         """Forward MACs of the core alone (projections excluded) on t queries and s (default t) keys."""
         return self.core.macs(self.heads, batch, t, s, causal)
-
-
-def _owned(t: Tensor) -> Tensor:
-    """``t`` itself when it owns its storage exactly, else a contiguous copy (a view keeps its base alive)."""
-    return t if t.untyped_storage().nbytes() == t.nbytes and t.is_contiguous() else t.clone(
-        memory_format=torch.contiguous_format)
-
-
-class KVCache:
-    """Keys and values of past positions for incremental decoding: (B, Hkv, L, hd) each."""
-
-    def __init__(self) -> None:
-        self.k: Tensor | None = None
-        self.v: Tensor | None = None
-
-    @property
-    def length(self) -> int:
-        return 0 if self.k is None else self.k.shape[2]
-
-    def span(self, t: int) -> tuple[int, int]:
-        """(position of the first of ``t`` new tokens, number of keys they attend over)."""
-        return self.length, self.length + t
-
-    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Add the new positions' k, v (B, Hkv, T, hd); the first call copies them out of whatever larger tensor
-        they view (the fused QKV projection's output), so the cache never keeps the queries alive."""
-        self.k = _owned(k) if self.k is None else torch.cat([self.k, k], dim=2)
-        self.v = _owned(v) if self.v is None else torch.cat([self.v, v], dim=2)
-        return self.k, self.v
-
-    def nbytes(self) -> int:
-        return 0 if self.k is None else self.k.nbytes + self.v.nbytes
 
 
 class StaticKVCache(nn.Module):
@@ -346,16 +312,52 @@ class StaticKVCache(nn.Module):
         super().__init__()
         if max_len <= 0 or (window is not None and window <= 0):
             raise ValueError(f"need max_len > 0 and window > 0, got {max_len}, {window}")
+        shape = (batch, n_kv_heads, static_kv_slots(max_len, window), head_dim)
+        self._hold(like.new_zeros(shape), like.new_zeros(shape), max_len, window)     # (B, Hkv, size, hd) each
+
+    def _hold(self, k: Tensor, v: Tensor, max_len: int, window: int | None) -> None:
+        """Take ``k``, ``v`` (B, Hkv, size, hd) as the buffers, empty."""
         self.max_len, self.window = max_len, window
-        self.size = static_kv_slots(max_len, window)
+        self.size = k.shape[2]
         self.ring = self.size < max_len
-        shape = (batch, n_kv_heads, self.size, head_dim)
-        self.register_buffer("k", like.new_zeros(shape), persistent=False)             # (B, Hkv, size, hd)
-        self.register_buffer("v", like.new_zeros(shape), persistent=False)             # (B, Hkv, size, hd)
-        self.register_buffer("slot_pos", torch.full((self.size,), -1, dtype=torch.long, device=like.device),
+        self.register_buffer("k", k, persistent=False)                                 # (B, Hkv, size, hd)
+        self.register_buffer("v", v, persistent=False)                                 # (B, Hkv, size, hd)
+        self.register_buffer("slot_pos", torch.full((self.size,), -1, dtype=torch.long, device=k.device),
                              persistent=False)                                         # (size,)
-        self.register_buffer("pos", torch.zeros((), dtype=torch.long, device=like.device), persistent=False)
+        self.register_buffer("pos", torch.zeros((), dtype=torch.long, device=k.device), persistent=False)
         self.prefilled = False
+        self.start = 0                                    # the position :meth:`adopt` goes back to
+
+    @classmethod
+    def over(cls, k: Tensor, v: Tensor, length: int) -> StaticKVCache:
+        """An exact-attention cache of ``length + 1`` slots taking ``k`` and ``v`` themselves (B, Hkv, length + 1, hd)
+        as its buffers, no copy (:meth:`adopt`), holding positions 0 … length - 1 in slots 0 … length - 1 as a
+        prefill of ``length`` tokens leaves them: the state one decode step finds, which writes the last slot."""
+        if length <= 0:
+            raise ValueError(f"need a context of at least one position, got {length}")
+        if k.dim() != 4 or k.shape[2] != length + 1:
+            raise ValueError(f"need k, v of shape (B, Hkv, {length} + 1, hd), got {tuple(k.shape)}")
+        cache = cls.__new__(cls)
+        nn.Module.__init__(cache)
+        cache._hold(k, v, length + 1, None)
+        cache.slot_pos[:length] = torch.arange(length, device=k.device)    # (size,): the last slot still empty
+        cache.prefilled, cache.start = True, length
+        cache.adopt(k, v)
+        return cache
+
+    def adopt(self, k: Tensor, v: Tensor) -> None:
+        """Take ``k``, ``v`` (B, Hkv, size, hd) as the buffers (no copy; detached: the history of a step taken with
+        grad is not kept) holding the positions :meth:`over` said, and go back to the position after them: the
+        same decode step then runs again, writing the same slot."""
+        if k.shape != v.shape or k.dim() != 4 or k.shape[2] != self.size:
+            raise ValueError(f"need k, v of one shape (B, Hkv, {self.size}, hd), got {tuple(k.shape)} and "
+                             f"{tuple(v.shape)}")
+        self._buffers["k"], self._buffers["v"] = k.detach(), v.detach()   # a step with grad writes its slot anew
+        self.pos.fill_(self.start)
+
+    def release(self) -> None:
+        """Let go of the adopted buffers (until the next :meth:`adopt`)."""
+        self._buffers["k"] = self._buffers["v"] = None
 
     def reset(self) -> None:
         """Empty the cache for a new sequence (the k/v contents are masked out, not cleared)."""

@@ -6,7 +6,7 @@ with MHA, GQA and MQA at matched parameter counts — as Shazeer (2019) did, the
 widened to give back the parameters of the removed K/V projections — on the same data with the
 same seeds, and compare validation loss / next-token accuracy per seed. The KV-cache size per
 token comes from the config (2 · layers · kv_heads · d_head · bytes) and is checked against the
-bytes a real ``KVCache`` holds after a forward.
+bytes a real generation state (a static KV cache per layer) holds after a prefill.
 """
 from __future__ import annotations
 
@@ -76,10 +76,10 @@ def kv_bytes_per_token(s: Setup, kv: int, dtype_bytes: int) -> int:
 
 @torch.no_grad()
 def measured_kv_bytes_per_token(model: torch.nn.Module, tokens: torch.Tensor) -> float:
-    """Bytes held by the model's real KV caches after a forward over ``tokens``, per token."""
-    caches = model.new_caches()
-    model(tokens, caches)
-    return sum(c.nbytes() for c in caches) / tokens.numel()
+    """Bytes held by the model's real generation state (sized for ``tokens``) after a prefill of them, per token."""
+    state = model.generation_state(*tokens.shape)
+    model.prefill(tokens, state)
+    return state.nbytes() / tokens.numel()
 
 
 def cache(s: Setup, kv: int, d_ff: int) -> Fields:

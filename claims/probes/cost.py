@@ -12,8 +12,6 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 import torch
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.flop_counter import flop_registry
 
 from architectures.attention_core import AttentionCore, AttentionCoreConfig, core_inputs
 from claims.evidence import Context
@@ -23,7 +21,8 @@ from claims.probes import (at, built_params, busy_reason, exponent, interleaved,
 from claims.power import ratio_resolution
 from harness.instruments import memory
 from harness.contract import registry
-from harness.instruments.fake import fake_case, new_fake_mode
+from harness.engine.models import fake_case
+from harness.instruments.fake import new_fake_mode
 from harness.instruments.flops import FlopCount, count_flops, count_model, dependency_trace
 from harness.contract.records import CaseRecord
 from harness.contract.registry import resolve
@@ -179,34 +178,15 @@ def attention_core(ctx: Context) -> Evidence:
     return ev
 
 
-class _OpCounts(TorchDispatchMode):
-    """Each matmul-like op dispatched, in order, with its FLOPs as torch's FlopCounterMode counts that op
-    (its registered formula applied to the op's real arguments and output) and its output shape."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: list[tuple[str, int, tuple[int, ...]]] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        packet = getattr(func, "_overloadpacket", func)
-        if str(packet) in CONTRACTIONS and packet in flop_registry:
-            self.ops.append((str(packet), int(flop_registry[packet](*args, **kwargs, out_val=out)),
-                             tuple(out.shape)))
-        return out
-
-
 def first_contraction_macs(fn: Callable[[], object]) -> tuple[int, tuple[int, ...], int]:
-    """(MACs of the first matmul ``fn()`` dispatches, its output shape, MACs of every matmul together), counted
-    op by op with torch's FlopCounterMode formulas — in an eager attention the first is q·kᵀ."""
-    counts = _OpCounts()
-    with counts:
-        fn()
-    if not counts.ops:
-        raise RuntimeError("no matmul was dispatched: nothing to count")
-    name, flops, shape = counts.ops[0]
-    return flops // 2, shape, sum(f for _, f, _ in counts.ops) // 2
+    """(MACs of the first op ``fn()`` dispatches that does matmul work, its output shape, MACs of every op together),
+    counted op by op by the project's counter (:func:`harness.instruments.flops.count_flops`, ``calls=True``: the
+    totals' own formulas, fused attention included) — in an eager attention the first is q·kᵀ."""
+    counted = count_flops(fn, calls=True)
+    if not counted.calls:
+        raise RuntimeError("no op doing matmul work was dispatched: nothing to count")
+    first = counted.calls[0]
+    return first.macs, first.out_shape, counted.macs
 
 
 @probe("qk_macs", figures=("qk_macs_model_n1000", "qk_macs_n1000", "core_macs_n1000", "layer_macs_n1000"))
@@ -589,22 +569,6 @@ def ffn_split(d: int = 512, lo: float = 0.25, hi: float = 8.0, **overrides) -> t
     return ns, [a for a, _ in pairs], [f for _, f in pairs]
 
 
-class _ContractionShapes(TorchDispatchMode):
-    """Records, for every matmul-like op dispatched, the shape of its left operand (the activations it reads)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.lhs: list[tuple[str, tuple[int, ...]]] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = str(getattr(func, "_overloadpacket", func))
-        if name in CONTRACTIONS:
-            tensors = [a for a in args if isinstance(a, torch.Tensor)]
-            lhs = tensors[1] if name in ("aten.addmm", "aten.baddbmm", "aten.addbmm") else tensors[0]
-            self.lhs.append((name, tuple(lhs.shape)))
-        return func(*args, **(kwargs or {}))
-
-
 # The reference presets of C30: the classic Transformer (Vaswani), BERT/GPT-2/GPT-3-style decoders and encoders,
 # ViT — and LLaMA's SwiGLU FFN (d_ff = 8/3·d rounded up to a multiple of 256: 3·d at d = 512), the counter-example.
 FFN_PRESETS = ("decoder-small", "decoder-base", "gpt2-small", "encoder-base", "aiayn-base", "aiayn-big", "vit-b16",
@@ -613,20 +577,19 @@ FFN_PRESETS = ("decoder-small", "decoder-base", "gpt2-small", "encoder-base", "a
 
 def ffn_width(preset: str) -> tuple[int, int, int]:
     """(d_model, FFN hidden width, FFN MACs per token) of ``preset``'s first block, measured on the built module:
-    its ``mlp`` run over one token on fake tensors; the hidden width is the width of the activations its last
-    matmul (the down projection) reads, the MACs are the counter's (FlopCounterMode) for that token."""
+    its ``mlp`` run over one token on fake tensors, counted op by op (:func:`harness.instruments.flops.count_flops`);
+    the hidden width is the length its last matmul (the down projection) contracts — its MACs over its output's
+    elements — and the MACs are the whole mlp's for that token."""
     spec = resolve(preset)
     with new_fake_mode():
         model = spec.build(spec.config).eval()
         mlp = next(m for name, m in model.named_modules() if name.endswith("blocks.0.mlp"))
         d = next(p for p in mlp.parameters() if p.dim() == 2).shape[1]      # the up projection reads d
         x = torch.zeros(1, 1, d)
-        shapes = _ContractionShapes()
-        with torch.no_grad(), shapes:
-            mlp(x)
         with torch.no_grad():
-            macs = count_flops(lambda: mlp(x)).macs
-    return d, shapes.lhs[-1][1][-1], macs
+            counted = count_flops(lambda: mlp(x), calls=True)
+    down = counted.calls[-1]
+    return d, down.macs // math.prod(down.out_shape), counted.macs
 
 
 @probe("ffn_share", figures=("attn_overtakes_ffn_at", "ffn_share_n512", "d_ff_is_4d_share", "d_ff_all_4d",

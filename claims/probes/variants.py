@@ -15,6 +15,7 @@ from claims.model import Chart, Evidence, Figure, mean_ci
 from claims.probes import mean_chart, median_ratio, probe, select, series, timed_ratio
 from claims.probes import generation as gen
 from claims.probes.blocks import NAMED, TRANSFORMERS_SAME, transformers_side
+from harness.engine.generation import Generation
 from harness.instruments.memory import LiveTensorTracker
 from harness.contract.records import CaseRecord
 from harness.contract.registry import resolve
@@ -27,31 +28,32 @@ MATCH_TOL = 0.01                           # "parameter-matched": within 1% of M
 
 
 def cache_bytes(n_heads: int, n_kv_heads: int, n_tokens: int = 16) -> tuple[int, int]:
-    """(formula bytes, bytes of the real caches after a real forward over ``n_tokens``) of a tiny decoder
+    """(formula bytes, bytes of the real generation state after a real prefill of ``n_tokens``) of a tiny decoder
     (d = 8·n_heads, 2 layers) with this head layout."""
     cfg = DecoderConfig(vocab_size=64, d_model=n_heads * 8, n_layers=2, n_heads=n_heads, n_kv_heads=n_kv_heads)
     torch.manual_seed(0)
     model = Decoder(cfg).eval()
-    caches = model.new_caches()
+    state = model.generation_state(1, n_tokens)
     with torch.no_grad():
-        model(torch.zeros(1, n_tokens, dtype=torch.long), caches)
-    return kv_cache_bytes(cfg, 1, n_tokens, 4), sum(c.nbytes() for c in caches)
+        model.prefill(torch.zeros(1, n_tokens, dtype=torch.long), state)
+    return kv_cache_bytes(cfg, 1, n_tokens, 4), state.nbytes()
 
 
 def held_cache_bytes(n_heads: int, n_kv_heads: int, n_tokens: int = 16, decode: bool = True) -> int:
-    """The bytes a tiny decoder (d = 8·n_heads, 2 layers, fp32) keeps allocated for its KV caches, as the
-    allocator sees them: a prefill of ``n_tokens`` (and, with ``decode``, one decode step) under the live-tensor
-    tracker (every storage the forward allocates, freed ones subtracted), minus the last output's storage — what
-    stays alive is what the caches hold, whatever tensors (or views of larger ones) they keep."""
+    """The bytes a tiny decoder (d = 8·n_heads, 2 layers, fp32) keeps allocated for its generation state (a static
+    KV cache per layer, sized for the prompt and one more token), as the allocator sees them: the state made, a
+    prefill of ``n_tokens`` (and, with ``decode``, one decode step) under the live-tensor tracker (every storage
+    allocated, freed ones subtracted), minus the last output's storage — what stays alive is what the state holds,
+    whatever tensors (or views of larger ones) it keeps, its int64 position bookkeeping included."""
     cfg = DecoderConfig(vocab_size=64, d_model=n_heads * 8, n_layers=2, n_heads=n_heads, n_kv_heads=n_kv_heads)
     torch.manual_seed(0)
     model = Decoder(cfg).eval()
-    caches = model.new_caches()
     with torch.no_grad(), LiveTensorTracker() as tracker:
-        out = model(torch.zeros(1, n_tokens, dtype=torch.long), caches)
+        state = model.generation_state(1, n_tokens + 1)
+        out = model.prefill(torch.zeros(1, n_tokens, dtype=torch.long), state)
         if decode:
             del out
-            out = model(torch.zeros(1, 1, dtype=torch.long), caches)
+            out = model.decode(torch.zeros(1, 1, dtype=torch.long), state)
         held = tracker.current_bytes - out.untyped_storage().nbytes()
     return held
 
@@ -65,15 +67,16 @@ def kv_figures(n_heads: int, kv: int) -> dict[str, Figure]:
     pre, mha_pre = held_cache_bytes(n_heads, kv, decode=False), held_cache_bytes(n_heads, n_heads, decode=False)
     return {
         "kv_ratio_held": Figure(held / mha_held, unit="×",
-                                note=f"{kv} / {n_heads} KV heads: bytes the allocator holds for the caches after a "
-                                     f"16-token prefill and one decode step, {held:,} B / MHA's {mha_held:,} B"),
+                                note=f"{kv} / {n_heads} KV heads: bytes the allocator holds for the static caches "
+                                     f"(17 slots, position bookkeeping included) after a 16-token prefill and one "
+                                     f"decode step, {held:,} B / MHA's {mha_held:,} B"),
         "kv_ratio_held_prefill": Figure(pre / mha_pre, unit="×",
                                         note=f"the same right after the prefill: {pre:,} B / MHA's {mha_pre:,} B "
-                                             "(the dynamic cache copies K/V out of the fused QKV projection's "
-                                             "output at once: it never keeps the queries alive)"),
+                                             "(the static cache copies K/V out of the fused QKV projection's "
+                                             "output into its own buffers: it never keeps the queries alive)"),
         "kv_ratio": Figure(real / mha_real, unit="×",
                            note=f"{kv} / {n_heads} KV heads: real cache {real:,} B / MHA's real cache {mha_real:,} B "
-                                f"after a 16-token forward (formula ratio {formula / mha_formula:g})"),
+                                f"after a 16-token prefill (formula ratio {formula / mha_formula:g})"),
         "kv_formula_matches_cache": Figure(formula == real and mha_formula == mha_real,
                                            note=f"formula {formula:,} B vs real {real:,} B; MHA formula "
                                                 f"{mha_formula:,} B vs real {mha_real:,} B"),
@@ -359,20 +362,19 @@ GEN_LENGTHS = {True: (4, 16, 64), False: (16, 64, 256)}      # quick, full: toke
 GEN_REPEATS = 7
 
 
-@torch.no_grad()
 def generation_times(model: Decoder, n: int, repeats: int = GEN_REPEATS, batch: int = 1
                      ) -> tuple[TimingResult, TimingResult]:
-    """Time generating ``n`` tokens one at a time with the KV cache (``n`` sequential single-token forwards,
-    each token the greedy choice of the step before) against ONE parallel forward over ``n`` tokens (a
-    prefill), side by side in ``repeats`` rounds of one call each (:func:`harness.instruments.timing.measure_interleaved`:
-    a cold call and a warm-up call of each first, a fresh random order per round). Returns (decode, prefill)."""
+    """Time generating ``n`` tokens one at a time — the generation loop (:class:`harness.engine.generation.Generation`:
+    its static KV cache, a one-token prompt, then n - 1 decode steps, each token the greedy choice of the step
+    before) — against ONE parallel forward over ``n`` tokens (a prefill), side by side in ``repeats`` rounds of
+    one call each (:func:`harness.instruments.timing.measure_interleaved`: a cold call and a warm-up call of each
+    first, a fresh random order per round). Returns (decode, prefill)."""
     tokens = torch.randint(0, model.cfg.vocab_size, (batch, n), generator=torch.Generator().manual_seed(0))
-
-    def decode() -> None:
-        model.generate(tokens[:, :1], n)                  # n single-token forwards, each on the last one's output
+    decode = Generation(model, tokens[:, :1], n)                 # n single-token forwards, each on the last one's output
 
     def prefill() -> None:
-        model(tokens)                                                    # (B, n, vocab) in one pass
+        with torch.no_grad():
+            model(tokens)                                                # (B, n, vocab) in one pass
 
     config = TimingConfig(warmup_calls=1, warmup_s=0.0, min_samples=repeats, min_time_s=0.0, max_time_s=600.0,
                           min_sample_s=0.0, rounds=repeats)

@@ -13,7 +13,7 @@ from architectures.swin import ShiftedWindowAttention
 from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure
 from claims.probes import PROBES, exponent, local_slope, median_ratio, probe, select, series
-from harness.instruments.fake import fake_case
+from harness.engine.models import fake_case
 from harness.instruments.flops import count_model, dependency_trace
 from harness.contract.spec import Workload
 from harness.contract.registry import get, resolve

@@ -4,8 +4,9 @@ Started by :mod:`harness.engine.ab` as ``python -c "from harness.engine.ab_worke
 ``PYTHONPATH`` at one checkout, so every import below is that checkout's code. It talks over a socket whose
 file descriptor is in ``BENCH_AB_FD``, in plain dicts (no class crosses between the two versions):
 
-- ``("prepare", case, {"timing": ..., "memory": bool})``: fake pass, build, memory pass (unless told not to),
-  warm-up; replies ``("ready", None)`` or
+- ``("prepare", case, {"timing": ..., "memory": bool})``: fake pass, build, the memory pass and the kernel probe
+  (:func:`harness.engine.runner.memory_and_kernels`, as a run takes them: ``sdpa_backend``, ``executed_macs``;
+  unless told not to — the one worker of a version whose record keeps them is told to), warm-up; replies ``("ready", None)`` or
   ``("done", record)`` when the case ends there (skipped, failed, nothing to time);
 - ``("round", None, None)``: one round of samples (as :func:`harness.instruments.timing.measure_interleaved` takes them);
 - ``("finish", group, None)``: the case's record with its samples in rounds; ``("stop", ...)`` ends the worker.
@@ -24,7 +25,8 @@ import torch
 from harness.contract import registry
 from harness.instruments.load import LoadMonitor
 from harness.contract.records import CaseRecord
-from harness.engine.runner import Prepared, RunOptions, failed_record, ok_record, add_timing, measure_memory, prepare
+from harness.engine.runner import (Prepared, RunOptions, add_timing, failed_record, memory_and_kernels, ok_record,
+                                  prepare)
 from harness.contract.spec import Case, Workload
 from harness.instruments.timing import TimingConfig, Sampler
 
@@ -67,8 +69,8 @@ def serve() -> None:
                 if isinstance(got, CaseRecord):
                     conn.send(("done", asdict(got)))
                     continue
-                if "memory" in case.metrics and extra.get("memory", True):
-                    measure_memory(got)
+                if extra.get("memory", True):
+                    memory_and_kernels(got)
                 monitor = LoadMonitor()
                 monitor.start()
                 held.update(p=got, opts=opts, monitor=monitor,

@@ -38,7 +38,7 @@ import copy
 import dataclasses
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +47,9 @@ import torch
 from torch import Tensor, nn
 
 from harness.contract.spec import Workload
+from harness.engine.steps import Step
+from harness.instruments import memory
+from harness.instruments.timing import TimingResult
 
 """The methods a model needs to be generated from (see the module docstring)."""
 
@@ -82,7 +85,7 @@ class Trace:
         return self.ttft_s + sum(self.step_s)
 
 
-class Generation:
+class Generation(Step):
     """A greedy generation as a zero-argument callable (the timed unit of a ``generate`` case).
 
     ``model`` implements :data:`harness.contract.spec.GENERATION_PROTOCOL`; ``prompt`` (B, P) token ids; ``decode`` (default: the eager
@@ -128,6 +131,15 @@ class Generation:
             marks.append(self._now())
         self.tokens = torch.cat(out, dim=1)                                              # (B, N)
         self.traces.append(Trace(marks[0] - t0, tuple(b - a for a, b in zip(marks, marks[1:]))))
+
+
+    def state_bytes(self) -> int:
+        """The generation state's bytes (alive before a call, beside the model and the prompt)."""
+        return memory.tensor_bytes(self.state)
+
+    def figures(self, timed: TimingResult, w: Workload, metrics: Mapping[str, float]) -> tuple[dict[str, float], str]:
+        """The timed calls' own clocks (:func:`figures`: TTFT, TPOT, ITL, tokens/s) and the state's bytes."""
+        return figures(self, timed_traces(self, len(timed.samples_s), timed.block_size), w), ""
 
 
 def make_generation(model: nn.Module, inputs: tuple, w: Workload) -> Generation:

@@ -1,6 +1,7 @@
-"""Built models in a worker process: weights initialised cheaply, and the model of the last case kept for the
-next cases that differ only in the workload (:data:`MODELS`), with its compiled wrapper for the next cases that
-differ only in the batch. Used by :mod:`harness.engine.runner`."""
+"""The one model build (:func:`materialize`: real, or fake for counting and estimating), weights initialised
+cheaply, and the model of the last case kept in a worker process for the next cases that differ only in the
+workload (:data:`MODELS`), with its compiled wrapper for the next cases that differ only in the batch. Used by
+:mod:`harness.engine.runner`, the FLOP table and the claims."""
 from __future__ import annotations
 
 import contextlib
@@ -11,8 +12,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from torch._subclasses.fake_tensor import FakeTensorMode
+
 from harness.instruments import memory
+from harness.instruments.fake import build_fake, new_fake_mode
 from harness.contract.spec import ArchSpec, Case, Workload
+from harness.engine.steps import cast_inputs
 from harness.engine.torch_types import torch_dtype
 from harness.engine.training import apply_checkpointing
 
@@ -111,12 +116,39 @@ def cheap_init() -> Iterator[None]:
                 delattr(torch.Tensor, name)
 
 
-def build_model(spec: ArchSpec, w: Workload, device: torch.device) -> nn.Module:
-    """``spec``'s model on ``device`` in ``w``'s dtype, its weights initialised cheaply (:func:`cheap_init`)."""
+def materialize(spec: ArchSpec, w: Workload, device: torch.device, fake: FakeTensorMode | None = None) -> nn.Module:
+    """``spec``'s model for workload ``w`` on ``device``: the one way a model is built, whatever it is for.
+
+    In one order: the architecture's module (``spec.build``), ``w``'s activation checkpointing wrapped around its
+    blocks (:func:`harness.engine.training.apply_checkpointing`, from outside the model), ``w``'s dtype, then
+    ``device``. Real (``fake`` None): seeded, weights drawn cheaply (:func:`cheap_init`) — what is timed, and what
+    a FLOP table counts on the CPU. Fake (a mode from :func:`harness.instruments.fake.new_fake_mode`, not entered):
+    built on meta and placed as fake tensors on ``device`` (:func:`harness.instruments.fake.build_fake`) — what
+    the fake pass counts and estimates, with no memory and no arithmetic."""
+    def build() -> nn.Module:
+        return apply_checkpointing(spec.build(spec.config), w.checkpointing)
+    if fake is not None:
+        return build_fake(lambda: build().to(dtype=torch_dtype(w)), fake, device)
     torch.manual_seed(0)
     with cheap_init():
-        model = apply_checkpointing(spec.build(spec.config), w.checkpointing)   # train_step's, from outside
+        model = build()
     return model.to(device=device, dtype=torch_dtype(w))
+
+
+def fake_case(spec: ArchSpec, w: Workload, device: torch.device) -> tuple[nn.Module, tuple, FakeTensorMode]:
+    """One case on fake tensors: the model (:func:`materialize`, fake), its inputs made inside the mode in ``w``'s
+    dtype, and the mode to run them under."""
+    mode = new_fake_mode()
+    model = materialize(spec, w, device, mode)
+    with mode:
+        inputs = cast_inputs(spec.make_inputs(spec.config, w, device), torch_dtype(w))
+    return model, inputs, mode
+
+
+def real_case(spec: ArchSpec, w: Workload, device: torch.device) -> tuple[nn.Module, tuple]:
+    """One case on real tensors: the model (:func:`materialize`) and its inputs in ``w``'s dtype."""
+    model = materialize(spec, w, device)
+    return model, cast_inputs(spec.make_inputs(spec.config, w, device), torch_dtype(w))
 
 
 # -- model reuse ------------------------------------------------------------------------------------------
@@ -195,7 +227,7 @@ class ModelCache:
                 return kept if dtype == torch_dtype(w) else kept.to(dtype=torch_dtype(w))
         if not users:
             self.clear()                 # free it before the new build (a prepared case may still hold it)
-        model = build_model(spec, w, torch.device(w.device))
+        model = materialize(spec, w, torch.device(w.device))
         self.key, self.model, self.layout, self.wrapper = key, model, _layout(model), None
         return model
 

@@ -11,7 +11,7 @@ import dataclasses
 import time
 import traceback
 from dataclasses import asdict, dataclass
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -29,15 +29,14 @@ from harness.instruments.energy import EnergyConfig
 from harness.engine.env import usable_cores
 from harness.contract.replication import PRECISION
 from harness.contract.errors import BenchInputError
-from harness.instruments.fake import fake_case
 from harness.instruments.load import Load, LoadMonitor
-from harness.engine.models import MODELS, model_key, release
+from harness.engine.models import MODELS, fake_case, model_key, release
 from harness.engine.overhead import metric_name, warmup_shares
 from harness.contract.plugins import load_files as load_plugin_files
 from harness.contract.records import CaseRecord
 from harness.contract.spec import ArchSpec, Case, Workload
 from harness.analysis.stats import summarize_rounds
-from harness.engine.steps import cast_inputs, make_step
+from harness.engine.steps import Step, cast_inputs, make_step
 from harness.instruments.timing import TimingConfig, TimingResult, measure, measure_interleaved
 from harness.engine.torch_types import torch_dtype
 
@@ -73,15 +72,13 @@ def is_oom(exc: BaseException) -> bool:
                                              or "failed to allocate" in text)
 
 
-def static_bytes(model: nn.Module, inputs: tuple, step: object = None) -> int:
-    """Bytes alive before a step runs: parameters, buffers and inputs (and a generation's state)."""
-    state = memory.tensor_bytes(step.state) if isinstance(step, generation.Generation) else 0
-    return (memory.tensor_bytes(model) + memory.tensor_bytes(x for x in inputs if isinstance(x, torch.Tensor))
-            + state)
+def static_bytes(model: nn.Module, inputs: tuple) -> int:
+    """Bytes alive before a step runs: parameters, buffers and inputs (a step adds its own: ``Step.state_bytes``)."""
+    return memory.tensor_bytes(model) + memory.tensor_bytes(x for x in inputs if isinstance(x, torch.Tensor))
 
 
 def workload_step(model: nn.Module, inputs: tuple, w: Workload, compile: str = "none",
-                  eager: Callable[[], object] | None = None) -> Callable[[], object]:
+                  eager: Step | None = None) -> Step:
     """The timed unit of ``w``: a whole greedy generation for mode "generate" (harness.engine.generation), a training
     step for "train_step" (:class:`harness.engine.training.TrainStep`; ``eager``: the eager train step of a compiled
     ``model``, whose parameters and optimizer the compiled step shares), else :func:`harness.engine.steps.make_step`'s
@@ -122,7 +119,7 @@ def fake_pass(spec: ArchSpec, w: Workload, device: torch.device, want_flops: boo
                 gaps.update(counted.gaps)                         # type: ignore[union-attr]
         else:
             peak.append(memory.estimate_peak(step))
-        out["est_peak_bytes"] = float(static_bytes(model, inputs, step) + peak[0])
+        out["est_peak_bytes"] = float(static_bytes(model, inputs) + step.state_bytes() + peak[0])
     if want_flops and w.mode == "train_step" and "flops" in out:
         out.update(train_flops(spec, w, device, out))
     if spec.cost is not None and w.mode != "generate":   # cost() is of one forward (of seq_len tokens)
@@ -172,8 +169,8 @@ class Prepared:
     t0: float
     model: nn.Module               # the built model (a compiled case steps ``step``, its compiled wrapper)
     inputs: tuple
-    step: Callable[[], object]
-    eager_step: Callable[[], object] | None = None   # the uncompiled step of a compiled case (the kernel probe)
+    step: Step
+    eager_step: Step | None = None   # the uncompiled step of a compiled case (the kernel probe)
     sdpa_backend: str = ""
 
 
@@ -256,17 +253,12 @@ def add_timing(p: Prepared, timed: TimingResult, load: Load | None) -> None:
     p.metrics["n_processes"] = 1.0          # harness.engine.replicate overwrites this when the case ran in several
     p.metrics.update(cold_ms=timed.cold_s * 1e3, block_size=float(timed.block_size),
                      throughput_per_s=w.batch_size / (p.metrics["median_ms"] / 1e3))
-    if isinstance(p.step, generation.Generation):      # the timed calls' own clocks: TTFT, TPOT, ITL, tokens/s
-        traces = generation.timed_traces(p.step, len(timed.samples_s), timed.block_size)
-        p.metrics.update(generation.figures(p.step, traces, w))
     if timed.l2_flush_bytes:
         p.metrics["l2_flush_bytes"] = float(timed.l2_flush_bytes)
-    if w.mode == "train_step":
-        extra, why = training.rates(w, p.metrics["median_ms"] / 1e3, p.metrics.get("model_flops"),
-                                    p.metrics.get("flops"), training.device_name(w.device))
-        p.metrics.update(extra)
-        if why and why not in p.note:
-            p.note = f"{p.note}; {why}" if p.note else why
+    extra, why = p.step.figures(timed, w, p.metrics)     # a generation's clocks, a training step's rates, ...
+    p.metrics.update(extra)
+    if why and why not in p.note:
+        p.note = f"{p.note}; {why}" if p.note else why
     if load is not None:
         p.metrics.update(load.metrics())
 
@@ -291,24 +283,8 @@ def memory_and_kernels(p: Prepared) -> None:
 
 
 def measure_memory(p: Prepared) -> None:
-    """The memory pass (separate from timing): allocator peaks on CUDA, the tensor peak and RSS on the CPU;
-    ``activation_peak_bytes`` (the peak above the bytes alive before the step) and ``peak_bytes`` on both."""
-    device = torch.device(p.case.workload.device)
-    if isinstance(p.step, training.TrainStep):
-        p.metrics.update(training.measure_memory(p.step, static_bytes(p.model, p.inputs), device))
-    elif device.type == "cuda":
-        p.metrics.update({k: float(v) for k, v in memory.measure_peak_cuda(p.step, device).items()})
-        p.metrics["peak_bytes"] = p.metrics["cuda_max_allocated_bytes"]
-        # the same metric on every device: the step's peak above what was alive before it (params, inputs, ...)
-        p.metrics["activation_peak_bytes"] = float(memory.activation_peak_cuda(p.metrics))
-    else:
-        static = static_bytes(p.model, p.inputs, p.step)
-        peak = memory.measure_peak_cpu(p.step)
-        p.metrics["activation_peak_bytes"] = float(peak["tensor_peak_bytes"])
-        p.metrics["peak_bytes"] = float(static + peak["tensor_peak_bytes"])
-        if peak.get("rss_hwm_bytes") is not None:
-            p.metrics["rss_hwm_bytes"] = float(peak["rss_hwm_bytes"])
-            p.metrics["rss_delta_bytes"] = float(peak["rss_hwm_bytes"] - peak["rss_before_bytes"])
+    """The memory pass (separate from timing), as the step takes it (:meth:`harness.engine.steps.Step.memory`)."""
+    p.metrics.update(p.step.memory(static_bytes(p.model, p.inputs), torch.device(p.case.workload.device)))
 
 
 def energy_pass(p: Prepared, opts: RunOptions) -> None:

@@ -26,7 +26,7 @@ the forward for the backward, measured (CPU: the live-tensor tracker; CUDA: the 
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +38,8 @@ from torch.utils.checkpoint import checkpoint
 from harness.instruments import memory
 from harness.contract.errors import BenchInputError
 from harness.contract.spec import ENGINE_CHECKS, ArchSpec, Workload
-from harness.engine.steps import first_tensor
+from harness.engine.steps import Step, first_tensor
+from harness.instruments.timing import TimingResult
 
 __all__ = [
     "AMP_DTYPES",
@@ -172,7 +173,7 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
 
 
 @dataclass
-class TrainStep:
+class TrainStep(Step):
     """One case's training step, callable; its parts (:meth:`forward_loss`, :meth:`backward`, :meth:`update`)
     are what the memory pass measures one by one. ``model`` is what is called (a compiled wrapper or the model);
     ``params`` its trainable parameters."""
@@ -231,6 +232,15 @@ class TrainStep:
     def __call__(self) -> None:
         self.backward(self.forward_loss())
         self.update()
+
+    def figures(self, timed: TimingResult, w: Workload, metrics: Mapping[str, float]) -> tuple[dict[str, float], str]:
+        """The step's rates (:func:`rates`) from the timed median, with MFU/HFU where the device's peak is known."""
+        return rates(w, metrics["median_ms"] / 1e3, metrics.get("model_flops"), metrics.get("flops"),
+                     device_name(w.device))
+
+    def memory(self, static_before: int, device: torch.device) -> dict[str, float]:
+        """The memory pass part by part (:func:`measure_memory`)."""
+        return measure_memory(self, static_before, device)
 
 
 def make_train_step(model: nn.Module, inputs: tuple, w: Workload, compiled: nn.Module | None = None,

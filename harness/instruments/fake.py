@@ -2,7 +2,8 @@
 
 A module built on the ``meta`` device is wrapped as fake tensors that *report* the target
 device, so dispatch picks the same kernels as a real run (e.g. the CPU flash SDPA), while
-nothing is allocated. FLOP counting and the memory guard run here. Usage::
+nothing is allocated. FLOP counting and the memory guard run here; a case's model is placed here by
+:func:`harness.engine.models.materialize`. Usage::
 
     mode = new_fake_mode()
     model = build_fake(lambda: build(cfg), mode, device)   # outside ``with mode``
@@ -18,10 +19,6 @@ import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
-from harness.contract.spec import ArchSpec, Workload
-from harness.engine.steps import cast_inputs
-from harness.engine.torch_types import torch_dtype
-from harness.engine.training import apply_checkpointing
 
 
 def new_fake_mode() -> FakeTensorMode:
@@ -50,17 +47,6 @@ def build_fake(build: Callable[[], nn.Module], mode: FakeTensorMode, device: tor
         for owner, name in places[1:]:
             setattr(owner, name, getattr(first_owner, first_name))
     return model
-
-
-def fake_case(spec: ArchSpec, w: Workload, device: torch.device) -> tuple[nn.Module, tuple, FakeTensorMode]:
-    """One case on fake tensors: the model of ``spec`` (in ``w``'s dtype), its inputs made inside the mode,
-    and the mode to run them under."""
-    mode = new_fake_mode()
-    model = build_fake(lambda: apply_checkpointing(spec.build(spec.config).to(torch_dtype(w)), w.checkpointing),
-                       mode, device)
-    with mode:
-        inputs = cast_inputs(spec.make_inputs(spec.config, w, device), torch_dtype(w))
-    return model, inputs, mode
 
 
 def _shared_parameters(model: nn.Module) -> list[list[tuple[nn.Module, str]]]:

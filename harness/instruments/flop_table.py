@@ -1,7 +1,8 @@
 """One model's MACs per module from three counters side by side: ours, torch's stock one and fvcore's.
 
-* **ours**: :mod:`harness.instruments.flops` (``FlopCounterMode`` + :data:`harness.instruments.flops.EXTRA_FORMULAS` + the
-  einsum fix), per module at every depth (:func:`harness.instruments.flops.count_model` keeps depth ≤ 1 only).
+* **ours**: :func:`harness.instruments.flops.count_flops` itself (``FlopCounterMode`` +
+  :data:`harness.instruments.flops.EXTRA_FORMULAS` + the einsum fix; work it cannot count raises, never a 0),
+  per module at every depth (``module_depth=None``).
 * **torch**: ``torch.utils.flop_counter.FlopCounterMode`` with its default registry, nothing added.
 * **fvcore**: ``fvcore.nn.FlopCountAnalysis`` (a ``torch.jit`` trace; forward only). Its docs say it
   counts "one fused multiply-add as one flop", so its matmul-class ops (conv, linear, (add)mm, bmm,
@@ -21,25 +22,28 @@ The model runs for real (``torch.jit`` cannot trace fake tensors): once per coun
 """
 from __future__ import annotations
 
+import contextlib
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 from torch.nn.modules.module import register_module_forward_pre_hook
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
-from harness.instruments.flops import EXTRA_FORMULAS
-from harness.instruments.flops import _einsum_counted  # count_flops's einsum fix; no public per-module-depth API yet
+from harness.instruments.flops import EXTRA_FORMULAS, count_flops
 from harness.contract.spec import MODES, ArchSpec, Workload
-from harness.engine.steps import cast_inputs, make_step
-from harness.engine.torch_types import torch_dtype
+from harness.engine.models import real_case
+from harness.engine.steps import make_step
 
 with warnings.catch_warnings():   # fvcore.nn's import jit-scripts a loss: a FutureWarning on every bench start
     warnings.simplefilter("ignore")
     from fvcore.nn import FlopCountAnalysis
+
+OUR_REGISTRY = {**flop_registry, **EXTRA_FORMULAS}
+"""The ops the project's counter has a formula for (torch's stock ones and :data:`EXTRA_FORMULAS`)."""
 
 __all__ = ["FVCORE_MAC_OPS", "FlopRow", "FlopTable", "UnsupportedOp", "build_real", "flop_table", "relative_spread"]
 
@@ -122,38 +126,37 @@ class FlopTable:
 
 
 def build_real(spec: ArchSpec, workload: Workload) -> tuple[nn.Module, tuple]:
-    """``spec``'s model and inputs for ``workload``, real tensors on the CPU, seeded as a run's."""
-    torch.manual_seed(0)
-    cpu = torch.device("cpu")
-    model = spec.build(spec.config).to(dtype=torch_dtype(workload))
-    return model, cast_inputs(spec.make_inputs(spec.config, workload, cpu), torch_dtype(workload))
+    """``spec``'s model and inputs for ``workload``, real tensors on the CPU: the one build
+    (:func:`harness.engine.models.materialize`, checkpointing and dtype included) as a run makes it."""
+    return real_case(spec, workload, torch.device("cpu"))
 
 
-def _stock_counts(counter: FlopCounterMode, root: str) -> dict[str, int]:
-    """MACs per module path (the root's class-name prefix dropped) from a finished counter."""
+def _by_path(flops_by_module: dict[str, int], root: str) -> dict[str, int]:
+    """MACs per module path (the root's class-name prefix dropped) from FLOPs per module-tracker name."""
     out: dict[str, int] = {}
-    for name, ops in counter.get_flop_counts().items():
+    for name, flops in flops_by_module.items():
         if name == "Global":
             continue
         path = "" if name == root else name.removeprefix(root + ".")
-        out[path] = int(sum(ops.values())) // 2
+        out[path] = int(flops) // 2
     return out
 
 
-def _run_stock(step: Callable[[], None], extras: bool, called: set[int] | None = None) -> FlopCounterMode:
-    """Run ``step`` under FlopCounterMode, with our formulas or the stock registry; record the modules called."""
-    counter = FlopCounterMode(display=False, custom_mapping=EXTRA_FORMULAS if extras else None)
-    hook = register_module_forward_pre_hook(lambda mod, args: called.add(id(mod))) if called is not None else None
+@contextlib.contextmanager
+def _calls_recorded(called: set[int]) -> Iterator[None]:
+    """Add the id of every module whose forward runs meanwhile to ``called``."""
+    hook = register_module_forward_pre_hook(lambda mod, args: called.add(id(mod)))
     try:
-        if extras:
-            with counter, _einsum_counted(counter):
-                step()
-        else:
-            with counter:
-                step()
+        yield
     finally:
-        if hook is not None:
-            hook.remove()
+        hook.remove()
+
+
+def _run_stock(step: Callable[[], None]) -> FlopCounterMode:
+    """Run ``step`` under torch's FlopCounterMode with its stock registry, nothing added (the outside check)."""
+    counter = FlopCounterMode(display=False)
+    with counter:
+        step()
     return counter
 
 
@@ -209,8 +212,9 @@ def flop_table(model: nn.Module, inputs: tuple | torch.Tensor, depth: int | None
     saved = [p.grad for p in params]
     called_ids: set[int] = set()
     try:
-        ours = _run_stock(make_step(model, inputs, mode), extras=True, called=called_ids)
-        stock = _run_stock(make_step(model, inputs, mode), extras=False)
+        with _calls_recorded(called_ids):
+            ours = count_flops(make_step(model, inputs, mode), module_depth=None)     # the project's counter
+        stock = _run_stock(make_step(model, inputs, mode))
         analysis, note = _fvcore(model, inputs) if fvcore and mode == "fwd" else (None, None)
     finally:
         model.train(was_training)
@@ -226,7 +230,8 @@ def flop_table(model: nn.Module, inputs: tuple | torch.Tensor, depth: int | None
     kinds = {p: type(m).__name__ for p, m in modules}
     called = {p for p, m in modules if id(m) in called_ids}
     root = type(model).__name__
-    ours_raw, torch_raw = _stock_counts(ours, root), _stock_counts(stock, root)
+    ours_raw = _by_path(ours.by_module, root)
+    torch_raw = _by_path({name: sum(ops.values()) for name, ops in stock.get_flop_counts().items()}, root)
     extra = [p for p in {**ours_raw, **torch_raw} if p not in kinds]   # names the module tracker made up
     ours_by = {**ours_raw, **_filled(paths, called, ours_raw)}
     torch_by = {**torch_raw, **_filled(paths, called, torch_raw)}
@@ -242,13 +247,13 @@ def flop_table(model: nn.Module, inputs: tuple | torch.Tensor, depth: int | None
         fv_total = fv_by.get("")
         elementwise = {op: int(v) for op, v in per_op.get("", {}).items() if op not in FVCORE_MAC_OPS and v}
         unsupported = tuple(sorted(
-            (UnsupportedOp(name, int(n), _aten_packet(name) in ours.flop_registry)
+            (UnsupportedOp(name, int(n), _aten_packet(name) in OUR_REGISTRY)
              for name, n in analysis.unsupported_ops().items()),
             key=lambda u: (not u.ours_formula, -u.calls, u.name)))
 
     rows = tuple(FlopRow(p, kinds.get(p, "?"), ours_by.get(p), torch_by.get(p), fv_by.get(p))
                  for p in [*paths, *extra] if depth is None or (0 if not p else p.count(".") + 1) <= depth)
-    return FlopTable(model=root, mode=mode, ours=ours.get_total_flops() // 2, torch=stock.get_total_flops() // 2,
+    return FlopTable(model=root, mode=mode, ours=ours.macs, torch=stock.get_total_flops() // 2,
                      fvcore=fv_total, rows=rows, fvcore_elementwise=tuple(sorted(elementwise.items())),
                      fvcore_unsupported=unsupported, fvcore_note=note)
 

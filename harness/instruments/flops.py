@@ -147,6 +147,20 @@ class UncountedFlopsError(RuntimeError):
 
 
 @dataclass(frozen=True)
+class CountedCall:
+    """One dispatched op that counted work, in dispatch order: its packet name, its FLOPs (the same formula the
+    totals use) and its first output's shape."""
+
+    op: str
+    flops: int
+    out_shape: tuple[int, ...]
+
+    @property
+    def macs(self) -> int:
+        return self.flops // 2
+
+
+@dataclass(frozen=True)
 class FlopCount:
     """The result of a count. ``flops`` is 2 per multiply-accumulate; ``macs = flops // 2``.
 
@@ -163,6 +177,7 @@ class FlopCount:
     bytes_moved: int = 0
     bytes_by_op: dict[str, int] = field(default_factory=dict)   # bytes moved per aten op packet name
     gaps: dict[str, str] = field(default_factory=dict)          # op -> why its work is not counted
+    calls: tuple[CountedCall, ...] = ()                         # with ``calls=True``: each counting op, in order
 
     @property
     def complete(self) -> bool:
@@ -655,18 +670,40 @@ class _GapMode(TorchDispatchMode):
 # Public API
 # --------------------------------------------------------------------------------------------
 
+class _CallMode(TorchDispatchMode):
+    """Above the FLOP counter: each op it dispatches that added FLOPs, with what it added (the counter's own
+    figure for that op, so the calls and the totals never disagree) and its output's shape."""
+
+    def __init__(self, counter: FlopCounterMode) -> None:
+        super().__init__()
+        self.counter = counter
+        self.calls: list[CountedCall] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        before = self.counter.get_total_flops()
+        out = func(*args, **(kwargs or {}))
+        added = self.counter.get_total_flops() - before
+        if added:
+            first = next((t for t in tree_leaves(out) if isinstance(t, torch.Tensor)), None)
+            shape = tuple(first.shape) if first is not None else ()
+            self.calls.append(CountedCall(str(getattr(func, "_overloadpacket", func)), int(added), shape))
+        return out
+
+
 def _result(counter: FlopCounterMode, traffic: ByteCounterMode, gaps: dict[str, str],
-            module_depth: int | None) -> FlopCount:
+            module_depth: int | None, calls: Sequence[CountedCall] = ()) -> FlopCount:
     counts = counter.get_flop_counts()
     flops = int(counter.get_total_flops())
     by_op = {str(op): int(v) for op, v in counts.get("Global", {}).items() if v}
     by_module = {name: int(sum(ops.values())) for name, ops in counts.items()
                  if name != "Global" and (module_depth is None or name.count(".") <= module_depth)}
     return FlopCount(flops=flops, macs=flops // 2, by_op=by_op, by_module=by_module,
-                     bytes_moved=int(traffic.bytes_moved), bytes_by_op=dict(traffic.by_op), gaps=dict(gaps))
+                     bytes_moved=int(traffic.bytes_moved), bytes_by_op=dict(traffic.by_op), gaps=dict(gaps),
+                     calls=tuple(calls))
 
 
-def count_flops(fn: Callable[[], object], *, allow_gaps: bool = False, module_depth: int | None = 1) -> FlopCount:
+def count_flops(fn: Callable[[], object], *, allow_gaps: bool = False, module_depth: int | None = 1,
+                calls: bool = False) -> FlopCount:
     """Run ``fn()`` under FlopCounterMode with :data:`EXTRA_FORMULAS` and return the count.
 
     The same pass also counts ``bytes_moved`` (:class:`ByteCounterMode`, beneath the FLOP counter,
@@ -674,20 +711,23 @@ def count_flops(fn: Callable[[], object], *, allow_gaps: bool = False, module_de
     tensors alike. Work that cannot be counted (see the module docstring) raises
     :class:`UncountedFlopsError` naming the ops, after ``fn`` has run; with ``allow_gaps=True`` the
     count comes back with its ``gaps`` instead. ``by_module`` keeps module names to ``module_depth``
-    dots (1: the root and its children; None: every module).
+    dots (1: the root and its children; None: every module). ``calls=True`` also records each dispatched op that
+    counted work, in order (:class:`CountedCall`; an einsum the counter costs at the Python API,
+    :func:`_einsum_counted`, is in the totals but not among the calls).
     """
     counter = FlopCounterMode(display=False, custom_mapping=EXTRA_FORMULAS)
     traffic = ByteCounterMode()
+    recorder = _CallMode(counter) if calls else contextlib.nullcontext()
     gaps: dict[str, str] = {}
     token = _GAPS.set(gaps)
     try:
-        with traffic, _GapMode(counter.flop_registry), counter, _einsum_counted(counter):
+        with traffic, _GapMode(counter.flop_registry), counter, _einsum_counted(counter), recorder:
             fn()
     finally:
         _GAPS.reset(token)
     if gaps and not allow_gaps:
         raise UncountedFlopsError(gaps)
-    return _result(counter, traffic, gaps, module_depth)
+    return _result(counter, traffic, gaps, module_depth, recorder.calls if calls else ())
 
 
 def count_model(model: nn.Module, inputs: tuple | torch.Tensor, mode: Literal["fwd", "fwd_bwd"] = "fwd", *,
