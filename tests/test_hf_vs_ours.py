@@ -18,7 +18,7 @@ from architectures.transformer import DECODERS, Decoder, Encoder  # noqa: E402
 from harness.contract.registry import resolve  # noqa: E402
 from harness.contract.spec import Workload  # noqa: E402
 from harness.engine.generation import Generation  # noqa: E402
-from harness.instruments.fake import fake_case  # noqa: E402
+from harness.engine.models import fake_case  # noqa: E402
 from harness.instruments.flops import count_model, count_params  # noqa: E402
 
 LLAMA2_7B = dict(vocab_size=32000, d_model=4096, n_layers=32, n_heads=32, d_ff=11008, max_seq_len=4096)
