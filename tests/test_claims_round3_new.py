@@ -21,13 +21,23 @@ def direct() -> dict[str, Evidence]:
             "three_ways": round3.three_ways(None)}
 
 
-@pytest.mark.parametrize("cid, probe, expected", [("C44", "inductive_bias", "supported"),
+@pytest.mark.parametrize("cid, probe, expected", [("C44", "inductive_bias", "partly supported"),
                                                   ("C45", "swin_windows", "supported"),
                                                   ("C46", "three_ways", "supported")])
 def test_direct_claims_decided(cid, probe, expected, direct):
     v = decide(CLAIMS[cid], direct[probe])
     assert v.verdict == expected, v.reason
     assert all(o.status != "unavailable" for o in v.outcomes)
+
+
+def test_a_real_cnn_breaks_shift_equivariance_by_subsampling(direct):
+    """resnet18 (strides and pooling, circular padding): a 1-px shift changes its pooled features, a shift by its
+    total stride (32 px) does not — the break is the subsampling (Azulay & Weiss 2019; Zhang 2019). C44 says so."""
+    f = direct["inductive_bias"].figures
+    assert f["resnet_shift_error_1px"].value > 1e-2 and f["resnet_shift_error_stride"].value < 1e-5
+    assert round3.resnet_shift_error(64) < 1e-5 and round3.resnet_shift_error(16) > 1e-3
+    v = decide(CLAIMS["C44"], direct["inductive_bias"])
+    assert "resnet18 (strides, max pooling)" in v.reason.split("does not hold:")[1]
 
 
 def test_receptive_fields_match_the_arithmetic(direct):

@@ -89,6 +89,37 @@ def conv_shift_error(seed: int = 0, side: int = 32, shift: tuple[int, int] = (3,
     return _rel(a[..., m:-m, m:-m], b[..., m:-m, m:-m])
 
 
+def circular_resnet18(seed: int = 0) -> nn.Module:
+    """torchvision's resnet18 at random initialisation (eval mode), its padding made circular — every
+    convolution's, and the stem's max pool's — so that the image borders play no part: what is left of any
+    break in shift-equivariance is the network's subsampling (strided convolutions, max pooling)."""
+    import torchvision
+    torch.manual_seed(seed)
+    net = torchvision.models.resnet18(weights=None).eval()
+    for mod in net.modules():
+        if isinstance(mod, nn.Conv2d) and mod.padding != (0, 0):
+            mod.padding_mode = "circular"
+    pool = net.maxpool
+    net.maxpool = nn.Sequential(nn.CircularPad2d(pool.padding),
+                                nn.MaxPool2d(pool.kernel_size, pool.stride, padding=0))
+    return net
+
+
+def resnet_shift_error(shift: int, side: int = 128, seed: int = 0) -> float:
+    """A real CNN with strides and pooling (:func:`circular_resnet18`: total stride 32): max relative change of
+    its global-pooled features when the image is shifted cyclically by ``shift`` px. A network equivariant to
+    every shift gives rounding for any shift; subsampling keeps it only for multiples of the total stride."""
+    net = circular_resnet18(seed)
+    seen: list[Tensor] = []
+    hook = net.avgpool.register_forward_hook(lambda mod, a, out: seen.append(out.flatten(1)))
+    x = torch.randn(2, 3, side, side)
+    with torch.no_grad():
+        net(x)
+        net(torch.roll(x, shift, dims=3))
+    hook.remove()
+    return _rel(seen[1], seen[0])
+
+
 def vit_shift_error(positions: bool, seed: int = 0) -> float:
     """vit-micro (32², patch 4: an 8×8 grid of patch tokens) at initialisation: shift the image by one patch
     (cyclic, 4 px to the right) and compare the final patch tokens with the unshifted ones rolled by one
@@ -139,6 +170,7 @@ def grid_sizes(arch: str, kinds: tuple[type, ...], side_of: Callable[[Tensor], t
 
 
 @probe("inductive_bias", figures=("vit_shift_error", "conv_shift_error", "vit_nopos_shift_error",
+                                  "resnet_shift_error_1px", "resnet_shift_error_stride",
                                   "conv_local_share", "attention_local_share", "cnn_grid_sizes",
                                   "vit_grid_sizes"))
 def inductive_bias(ctx: Context | None) -> Evidence:
@@ -149,6 +181,13 @@ def inductive_bias(ctx: Context | None) -> Evidence:
     ev.figures["conv_shift_error"] = Figure(conv_shift_error(), unit="max rel. error",
                                             note="2 Conv2d 3×3 (zero padding), 32² image shifted by (3, 5) px; "
                                                  "interior compared (padding touches only the borders)")
+    ev.figures["resnet_shift_error_1px"] = Figure(
+        resnet_shift_error(1), unit="max rel. error",
+        note="torchvision resnet18 (random init, circular padding: no border effect), 128² image shifted by 1 px: "
+             "its global-pooled features before and after")
+    ev.figures["resnet_shift_error_stride"] = Figure(
+        resnet_shift_error(32), unit="max rel. error",
+        note="the same resnet18, the image shifted by its total stride, 32 px")
     ev.figures["vit_shift_error"] = Figure(vit_shift_error(True), unit="max rel. error",
                                            note="vit-micro at init (learned positions, std 0.02), image shifted "
                                                 "one patch: final patch tokens vs the unshifted ones rolled")
