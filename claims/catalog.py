@@ -15,7 +15,8 @@ CATALOG = Path(__file__).with_name("claims.toml")
 CLAIM_KEYS = {"section", "title", "quote", "where", "probe", "rules", "document_figure", "published", "units", "needs",
               "added", "own_question",
               "evidence"}
-RULE_KEYS = {"figure", "test", "says", "lo", "hi", "value", "rel_tol", "central", "device", "power", "context"}
+RULE_KEYS = {"figure", "test", "says", "lo", "hi", "value", "rel_tol", "central", "device", "power", "context",
+             "processes"}
 DEVICES = ("", "cpu", "cuda")          # a rule only a run on that device decides ("" = any)
 EVIDENCE = ("measured", "quoted")     # what a claim's central rule may read (claims.model.Claim.evidence)
 NEEDS = {"within": ("lo", "hi"), "at_least": ("lo",), "at_most": ("hi",), "equals": ("value",), "is_true": ()}
@@ -40,6 +41,9 @@ def _rule(cid: str, raw: dict[str, Any], figures: tuple[str, ...]) -> Rule:
             raise BenchInputError(f"{key} must be true or false", where=where)
     if raw.get("central") and raw.get("context"):
         raise BenchInputError("a central rule decides the claim: it cannot be context too", where=where)
+    if not isinstance(raw.get("processes", 0), int) or raw.get("processes", 0) < 0:
+        raise BenchInputError("processes must be a whole number ≥ 1 (the worker processes the timing must cover)",
+                              where=where)
     if raw["figure"] not in figures:
         raise BenchInputError(f"figure {raw['figure']!r} is not produced by the probe "
                               f"(it makes {', '.join(figures)})", where=where)

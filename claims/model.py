@@ -37,6 +37,8 @@ class Figure:
     mode: str = ""                         # how the models executed ("" = eager; e.g. "compiled (default)")
     quoted: str = ""                       # the source, when the figure is (or rests on) a PUBLISHED number, not
                                            # measured here: shown "(quoted)", and a verdict deciding on it says so
+    processes: int = 0                     # a timing: how many worker processes its interval covers (1: the rounds
+                                           # of one process); 0: not a timing, or not said
     provenance: str = ""                   # one of PROVENANCES; "" = "quoted" when ``quoted`` names a source,
                                            # else "measured" (see :attr:`kind`)
 
@@ -89,7 +91,7 @@ class Figure:
     def as_dict(self) -> dict[str, Any]:
         return {"value": self.value, "lo": self.lo, "hi": self.hi, "unit": self.unit, "note": self.note,
                 "n": self.n, "text": self.text(), "busy": self.busy, "mode": self.mode,
-                "quoted": self.quoted, "provenance": self.kind}
+                "quoted": self.quoted, "provenance": self.kind, "processes": self.processes}
 
 
 def mean_ci(values: Sequence[float], unit: str = "", note: str = "", confidence: float = 0.95) -> Figure:
@@ -120,6 +122,8 @@ class Rule:
     device: str = ""                       # "cuda" / "cpu": only a run on that device decides it ("" = any)
     power: str = ""                        # a figure: the smallest effect this test could have detected, in the
                                            # rule's units, 0 = no effect ("" = not stated): see claims.rules.powered
+    processes: int = 0                     # a timing rule that decides only over an interval covering at least this
+                                           # many worker processes (claims/reads.toml measures its suite so)
     context: bool = False                  # shown beside the verdict, never deciding it (e.g. a published figure
                                            # at a scale nothing here measures)
 

@@ -111,7 +111,7 @@ def strict_json(obj: Any, path: str, dropped: list[dict[str, str]], why: str = "
 
 
 # -- reading a document back ------------------------------------------------------------------
-FIGURE_FIELDS = ("value", "lo", "hi", "unit", "note", "n", "busy", "mode", "quoted", "provenance")
+FIGURE_FIELDS = ("value", "lo", "hi", "unit", "note", "n", "busy", "mode", "quoted", "provenance", "processes")
 
 
 def _figure(raw: dict[str, Any] | None) -> Figure | None:

@@ -22,6 +22,12 @@ def check(rule: Rule, fig: Figure, force: bool = False) -> Outcome:
     if fig.busy and not force:
         return Outcome(rule, "unsure", f"{rule.figure} {fig.text()}: {fig.busy} — not decided (--force decides it)",
                        fig)
+    level = (f" (interval over {fig.processes} process{'es' if fig.processes > 1 else ''})" if fig.processes
+             else "")
+    if rule.processes and fig.processes < rule.processes:
+        return Outcome(rule, "unsure", f"{rule.figure} {fig.text()}{level or ' (a timing of unknown level)'}: this "
+                                       f"rule decides only over ≥ {rule.processes} processes (bench claims "
+                                       f"--processes {rule.processes}) — not decided", fig)
     if rule.test == "is_true":
         # a yes/no read at both ends of an interval (e.g. dominance with each latency at either end of its 95%
         # interval): yes at both passes, no at both fails, yes at one end only is undecided
@@ -49,7 +55,7 @@ def check(rule: Rule, fig: Figure, force: bool = False) -> Outcome:
     else:
         status = "unsure"
     word = {"pass": "", "fail": "not ", "unsure": "interval straddles: "}[status]
-    return Outcome(rule, status, f"{rule.figure} {fig.text()} {word}{target}", fig)
+    return Outcome(rule, status, f"{rule.figure} {fig.text()}{level} {word}{target}", fig)
 
 
 def evaluate(rules: tuple[Rule, ...], evidence: Evidence, device: str = "cpu", force: bool = False,

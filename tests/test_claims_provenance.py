@@ -93,3 +93,39 @@ def test_only_quoted_claims_are_out_of_reach_and_they_say_so():
     assert {c.id for c in quoted} == {"C48"}
     for c in quoted:
         assert "QUOTED" in c.units
+
+
+# -- timing levels: how many processes a timing rule's interval covers ---------------------------------
+def test_a_timing_rule_says_how_many_processes_its_interval_covers_and_can_demand_more():
+    from claims.rules import check
+    rule = Rule("t", "at_most", "no slower", hi=1.0)
+    one = Figure(0.97, 0.95, 0.99, "×", processes=1)
+    three = Figure(0.97, 0.95, 0.99, "×", processes=3)
+    assert "(interval over 1 process)" in check(rule, one).detail
+    assert "(interval over 3 processes)" in check(rule, three).detail
+    strict = Rule("t", "at_most", "no slower", hi=1.0, processes=3)
+    o = check(strict, one)
+    assert o.status == "unsure" and "decides only over ≥ 3 processes" in o.detail
+    assert check(strict, three).status == "pass"
+    assert check(strict, Figure(0.97, 0.95, 0.99)).status == "unsure"        # a timing of unknown level
+    assert check(rule, Figure(2.0)).detail == "t 2 not ≤ 1"                 # not a timing: no level said
+
+
+def test_the_paired_ratio_figure_carries_its_level():
+    from claims.probes import timed_ratio
+    from harness.instruments.timing import TimingConfig, measure_interleaved
+    a, b = measure_interleaved([lambda: sum(range(200)), lambda: sum(range(100))],
+                               TimingConfig(warmup_calls=1, warmup_s=0.0, min_samples=5, min_time_s=0.0, max_time_s=0.5))
+    f = timed_ratio(a, b, "two sums")
+    assert f.processes == 1 and "one process" in f.note
+
+
+def test_c28s_headline_demands_processes_and_its_suite_is_measured_so():
+    from claims.reads import load_reads, parse
+    from harness.contract.errors import BenchInputError
+    head = next(r for r in load_catalog() if r.id == "C28").rules
+    rule = next(r for r in head if r.central)
+    assert rule.figure == "latency_ratio_convnext_vit_s" and rule.processes == 3
+    assert load_reads()["vit_vs_cnn"].processes >= rule.processes
+    with pytest.raises(BenchInputError, match="processes must be"):
+        parse({"x": {"why": "w", "processes": 0}})

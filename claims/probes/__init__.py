@@ -137,7 +137,7 @@ def median_ratio(a: CaseRecord | None, b: CaseRecord | None, note: str = "") -> 
         return _paired_figure(a, b, note, busy)
     return replace(samples_ratio(a.samples_s, b.samples_s, (note + "; " if note else "")
                                  + "not timed side by side: interval from one run's samples, drift not covered"),
-                   busy=busy)
+                   busy=busy, processes=1)
 
 
 def timed_ratio(a: TimingResult, b: TimingResult, note: str = "", busy: str = "") -> Figure:
@@ -159,11 +159,11 @@ def _paired_figure(a: CaseRecord | TimingResult, b: CaseRecord | TimingResult, n
     if ga is not None and gb is not None and len(ga) == len(gb):
         pp = paired_process_ratio(gb, ga)            # ratio = a / b, per process
         return Figure(pp.ratio, pp.ci_low, pp.ci_high, "×", lead + f"timed side by side in {len(ga)} processes, "
-                      "interval over processes (two-level bootstrap)", len(ga), busy=busy)
+                      "interval over processes (two-level bootstrap)", len(ga), busy=busy, processes=len(ga))
     pr = paired_ratio(a.samples_s, a.rounds, b.samples_s, b.rounds)
     return Figure(pr.ratio, pr.ci_low, pr.ci_high, "×", lead
                   + f"timed side by side in {pr.n_rounds} rounds, interval over the per-round ratios; "
-                  + ONE_PROCESS_NOTE, pr.n_rounds, busy=busy)
+                  + ONE_PROCESS_NOTE, pr.n_rounds, busy=busy, processes=1)
 
 
 def samples_ratio(a: Sequence[float], b: Sequence[float], note: str = "") -> Figure:

@@ -12,7 +12,7 @@ from torchvision.models import get_weight
 from architectures.swin import ShiftedWindowAttention
 from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure
-from claims.probes import PROBES, exponent, local_slope, median_ratio, probe, select, series
+from claims.probes import PROBES, busy_reason, exponent, local_slope, median_ratio, probe, select, series
 from harness.instruments.fake import fake_case
 from harness.instruments.flops import count_model, dependency_trace
 from harness.contract.spec import Workload
@@ -324,8 +324,10 @@ def edge(ctx: Context) -> Evidence:
             m = r.metrics
             ev.figures[f"{key}_params_m"] = Figure(m["params"] / 1e6, unit="M params", note=arch)
             threads = r.metric("threads")
-            ev.figures[f"{key}_latency_ms"] = Figure(m["median_ms"], m.get("ci_low_ms"), m.get("ci_high_ms"), "ms",
-                                                     f"{arch}, batch 1" + (f", {threads:g} CPU threads" if threads else ""))
+            ev.figures[f"{key}_latency_ms"] = Figure(
+                m["median_ms"], m.get("ci_low_ms"), m.get("ci_high_ms"), "ms",
+                f"{arch}, batch 1" + (f", {threads:g} CPU threads" if threads else ""),
+                busy=busy_reason([r]), processes=int(r.metric("n_processes") or 1))
     front = efficient_cnns_on_frontier(by)
     if front is not None:
         ev.figures["efficient_cnns_on_frontier_latency"] = front
