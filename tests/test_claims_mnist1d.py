@@ -40,3 +40,15 @@ def test_a_reduced_reproduction_learns_what_the_paper_reports(data, name, steps,
     torch.set_num_threads(1)
     acc = mnist1d.train(name, data, replace(mnist1d.FULL, steps=steps), seed=0)
     assert acc >= bar, f"{name}: {acc:.3f} after {steps} steps (published {mnist1d.PUBLISHED[name]})"
+
+
+def test_the_c46_experiment_runs_small_and_a_stack_learns_more_than_one_layer():
+    """The experiment's shape on a small budget (one seed, 300 steps): one Conv1d layer, whose pooled outputs see 5
+    of 40 inputs, against a stack of three (13): the stack already learns more."""
+    from claims.probes.round3 import mnist1d_figures
+    torch.set_num_threads(1)
+    res = mnist1d.EXPERIMENT.run(seeds=(0,), setup=replace(mnist1d.SEE_QUICK, steps=300))
+    assert res["claim"] == "C46" and set(res["variants"]) == {"conv1", "conv3"}
+    f = mnist1d_figures(res)
+    assert f["mnist1d_stack_gain"].value > 0.05, f["mnist1d_stack_gain"].note
+    assert 0.2 < f["mnist1d_one_layer_acc"].value < 0.9

@@ -25,9 +25,27 @@ def direct() -> dict[str, Evidence]:
                                                   ("C45", "swin_windows", "supported"),
                                                   ("C46", "three_ways", "supported")])
 def test_direct_claims_decided(cid, probe, expected, direct):
-    v = decide(CLAIMS[cid], direct[probe])
+    ev = direct[probe]
+    if cid == "C46":                           # its MNIST-1D figures come from a trained experiment (stubbed here)
+        assert set(ev.unavailable) == set(round3.MNIST1D_FIGURES)
+        ev = Evidence(figures={**ev.figures, **round3.mnist1d_figures(_mnist1d_result([0.62, 0.66, 0.64],
+                                                                                      [0.91, 0.93, 0.9]))})
+    v = decide(CLAIMS[cid], ev)
     assert v.verdict == expected, v.reason
     assert all(o.status != "unavailable" for o in v.outcomes)
+
+
+def _mnist1d_result(conv1: list[float], conv3: list[float]) -> dict:
+    return {"variants": {"conv1": {"acc": conv1}, "conv3": {"acc": conv3}}, "sees": {"conv1": 5, "conv3": 13},
+            "length": 40, "chance": 0.1, "setup": {"steps": 600}}
+
+
+def test_c46s_learning_rules_fail_when_one_layer_learns_as_much():
+    ev = round3.three_ways(None)
+    f = round3.mnist1d_figures(_mnist1d_result([0.9, 0.92, 0.91], [0.91, 0.93, 0.9]))
+    assert f["mnist1d_stack_gain"].unit == "accuracy (fraction)" and "sees 5 of 40" in f["mnist1d_stack_gain"].note
+    v = decide(CLAIMS["C46"], Evidence(figures={**ev.figures, **f}))
+    assert v.verdict == "partly supported" and "a stack of three Conv1d" in v.reason.split("does not hold:")[1]
 
 
 def test_a_real_cnn_breaks_shift_equivariance_by_subsampling(direct):

@@ -7,15 +7,23 @@ The data set is the published one, generated in code by the ``mnist1d`` package 
 paper's ``ConvBase`` (three Conv1d layers, 25 channels, stride 2, then a linear layer) and ``GRUBase`` (a
 bidirectional GRU, 6 hidden units, whose every step's output feeds a linear layer); the training is its recipe:
 Adam at 1e-2, batches of 100, 6,000 steps (:data:`FULL`).
+
+The experiment (:data:`EXPERIMENT`, C46) asks what a convolution can learn when its outputs see only part of the
+sequence: each model reads the 40 scalars, mixes them, and classifies the MEAN over positions (a pooled head, so
+that no final linear layer over all positions sees the whole sequence for it). One Conv1d layer (kernel 5: each
+output sees 5 of the 40 inputs) against a stack of three (13 inputs).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cache, partial
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
+from claims.experiments.runner import Experiment, Fields, Seeds, sweep
 from claims.experiments.train import adamw, fit
 
 PAPER = "Greydanus & Kobak 2024 (MNIST-1D), Table 1 / the mnist1d repository's README"
@@ -44,6 +52,7 @@ class Data:
     y_test: Tensor     # (1000,)
 
 
+@cache
 def load() -> Data:
     """The published MNIST-1D set, generated offline by the ``mnist1d`` package (its default arguments)."""
     from mnist1d.data import get_dataset_args, make_dataset
@@ -85,7 +94,25 @@ class GRUBase(nn.Module):
         return self.linear(out.flatten(1))
 
 
-MODELS = {"cnn": ConvBase, "gru": GRUBase}
+class PooledConv(nn.Module):
+    """``layers`` Conv1d (kernel ``k``, 'same' padding, stride 1, ReLU) and a linear layer over the mean of the
+    positions: each pooled output sees 1 + layers·(k − 1) of the inputs. (B, 40) → (B, 10)."""
+
+    def __init__(self, layers: int, channels: int = 32, k: int = 5, classes: int = 10) -> None:
+        super().__init__()
+        convs: list[nn.Module] = []
+        for i in range(layers):
+            convs += [nn.Conv1d(1 if i == 0 else channels, channels, k, padding=k // 2), nn.ReLU()]
+        self.convs = nn.Sequential(*convs)
+        self.head = nn.Linear(channels, classes)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.head(self.convs(x[:, None]).mean(-1))             # (B, C, L) → mean over L → (B, 10)
+
+
+MODELS: dict[str, Any] = {"cnn": ConvBase, "gru": GRUBase, "conv1": partial(PooledConv, 1),
+                          "conv3": partial(PooledConv, 3)}
+SEES = {"conv1": 5, "conv3": 13}                          # inputs one pooled output sees, of 40
 
 
 def accuracy(model: nn.Module, x: Tensor, y: Tensor) -> float:
@@ -106,3 +133,24 @@ def train(name: str, data: Data, setup: Setup = FULL, seed: int = 0) -> float:
 
     fit(model, adamw(model, setup.lr, weight_decay=0.0), setup.steps, lambda step: setup.lr, loss_at)
     return accuracy(model, data.x_test, data.y_test)
+
+
+# -- the C46 experiment: what one mixing layer can learn -----------------------------------------------
+SEE_QUICK = Setup(steps=600)
+SEE_FULL = Setup(steps=3000)
+DATA = ("MNIST-1D (Greydanus & Kobak 2024), the published set generated offline by the mnist1d package: 4,000 "
+        "training and 1,000 test sequences of 40 scalars, 10 classes")
+
+
+def see_trial(setup: Setup, variant: str, seed: int) -> Fields:
+    return {"acc": train(variant, load(), setup, seed)}
+
+
+def measure(setup: Setup, seeds: Seeds) -> tuple[Fields, Fields]:
+    runs = sweep({v: v for v in SEES}, seeds, partial(see_trial, setup))
+    return ({"variants": runs, "sees": SEES, "length": 40, "chance": 0.1},
+            {"steps": setup.steps, "batch": setup.batch, "train": 4000, "test": 1000})
+
+
+EXPERIMENT = Experiment("C46", SEE_QUICK, SEE_FULL, measure, parallel=True)
+run = EXPERIMENT.run

@@ -292,8 +292,25 @@ def conv1d_layers_to_see_all(n: int, k: int = 3, d: int = 4, seed: int = 0, limi
     return limit + 1, float(one_layer or 0.0)
 
 
+MNIST1D_FIGURES = ("mnist1d_stack_gain", "mnist1d_one_layer_acc")
+
+
+def mnist1d_figures(res: dict) -> dict[str, Figure]:
+    """From the ``mnist1d`` experiment: per seed, the test accuracy (fraction of the test images) of one Conv1d
+    layer, and what a stack of three gains over it — pooled heads throughout."""
+    acc = {v: r["acc"] for v, r in res["variants"].items()}
+    sees, steps, n = res["sees"], res["setup"]["steps"], res["length"]
+    means = ", ".join(f"{v} (sees {sees[v]} of {n}) {mean_ci(a).value:.3f}" for v, a in acc.items())
+    return {"mnist1d_stack_gain": mean_ci(_per_seed(acc["conv3"], acc["conv1"], lambda a, b: a - b),
+                                          "accuracy (fraction)", f"MNIST-1D test accuracy, conv3 − conv1, per seed, "
+                                                                 f"{steps} steps; means: {means}"),
+            "mnist1d_one_layer_acc": mean_ci(acc["conv1"], "accuracy (fraction)",
+                                             f"MNIST-1D test accuracy of one Conv1d layer, pooled head, {steps} "
+                                             f"steps (chance {res['chance']})")}
+
+
 @probe("three_ways", figures=("conv1d_layers_to_see_all", "conv1d_one_layer_share", "attention_one_layer_share",
-                              "rnn_last_state_share", "conv1d_depth_exp", "rnn_depth_exp"))
+                              "rnn_last_state_share", "conv1d_depth_exp", "rnn_depth_exp", *MNIST1D_FIGURES))
 def three_ways(ctx: Context | None) -> Evidence:
     """C46: receptive fields measured by gradients on the real modules at n = 64 (one Conv1d k=3 layer, a stack
     of them, one layer of our Attention, nn.LSTM's last state), and the sequential steps (dependency depth of a
@@ -322,6 +339,16 @@ def three_ways(ctx: Context | None) -> Evidence:
     ev.figures["rnn_depth_exp"], rd = depth_exponent("lstm-small", ns, **small)
     ev.notes.append(f"dependency depth for n = {ns}: conv1d-small {cd}, lstm-small {rd} (C04 measures the same for "
                     "attention)")
+    if ctx is None:
+        ev.unavailable.update(dict.fromkeys(MNIST1D_FIGURES, "no claims run: the mnist1d experiment was not trained"))
+        return ev
+    try:
+        res = ctx.experiment("mnist1d")
+    except ModuleNotFoundError as exc:                   # the claims extra (mnist1d) is optional
+        ev.unavailable.update(dict.fromkeys(MNIST1D_FIGURES, f"MNIST-1D needs the claims extra: {exc}"))
+        return ev
+    ev.figures.update(mnist1d_figures(res))
+    ev.notes.append(res.get("data_description", ""))
     return ev
 
 
