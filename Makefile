@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: run test install docs clean
 
-EXTRAS := .[test,parquet,timm,hf,postgres,ray,docs]
+EXTRAS := .[test,parquet,timm,hf,postgres,ray,docs,claims]
 
 # uv installs the 6.4 GB of wheels in ~40 s where pip takes ~95 s (it unpacks and byte-compiles in parallel), from
 # the sources pip is configured with (scripts/pip-sources); if uv fails, pip installs as before.

@@ -13,9 +13,12 @@ from harness.contract.errors import BenchInputError
 
 CATALOG = Path(__file__).with_name("claims.toml")
 CLAIM_KEYS = {"section", "title", "quote", "where", "probe", "rules", "document_figure", "published", "units", "needs",
-              "added", "own_question"}
-RULE_KEYS = {"figure", "test", "says", "lo", "hi", "value", "rel_tol", "central", "device", "power"}
+              "added", "own_question",
+              "evidence"}
+RULE_KEYS = {"figure", "test", "says", "lo", "hi", "value", "rel_tol", "central", "device", "power", "context",
+             "processes"}
 DEVICES = ("", "cpu", "cuda")          # a rule only a run on that device decides ("" = any)
+EVIDENCE = ("measured", "quoted")     # what a claim's central rule may read (claims.model.Claim.evidence)
 NEEDS = {"within": ("lo", "hi"), "at_least": ("lo",), "at_most": ("hi",), "equals": ("value",), "is_true": ()}
 
 
@@ -33,8 +36,14 @@ def _rule(cid: str, raw: dict[str, Any], figures: tuple[str, ...]) -> Rule:
     if raw.get("device", "") not in DEVICES:
         raise BenchInputError(f"rule device {raw['device']!r} is not one of {', '.join(map(repr, DEVICES))}",
                               where=where)
-    if not isinstance(raw.get("central", False), bool):
-        raise BenchInputError("central must be true or false", where=where)
+    for key in ("central", "context"):
+        if not isinstance(raw.get(key, False), bool):
+            raise BenchInputError(f"{key} must be true or false", where=where)
+    if raw.get("central") and raw.get("context"):
+        raise BenchInputError("a central rule decides the claim: it cannot be context too", where=where)
+    if not isinstance(raw.get("processes", 0), int) or raw.get("processes", 0) < 0:
+        raise BenchInputError("processes must be a whole number ≥ 1 (the worker processes the timing must cover)",
+                              where=where)
     if raw["figure"] not in figures:
         raise BenchInputError(f"figure {raw['figure']!r} is not produced by the probe "
                               f"(it makes {', '.join(figures)})", where=where)
@@ -71,13 +80,16 @@ def load_catalog(path: Path = CATALOG) -> list[Claim]:
         if twice:
             raise BenchInputError(f"exactly one rule must be central = true (the claim's headline) per device, "
                                   f"found {heads.count(twice[0])} for {twice[0] or 'any device'}", where=f"{cid}.rules")
+        if raw.get("evidence", "measured") not in EVIDENCE:
+            raise BenchInputError(f"evidence {raw['evidence']!r} is not one of {', '.join(EVIDENCE)}", where=cid)
         claims.append(Claim(
             id=cid, title=raw["title"], quote=raw["quote"], where=raw["where"], section=raw["section"],
             probe=raw["probe"], rules=rules,
             document_figure=raw.get("document_figure", ""),
             published=tuple(Published(p["label"], p["value"]) for p in raw.get("published", [])),
             units=raw.get("units", ""), needs=tuple(raw.get("needs", [])),
-            added=bool(raw.get("added", False)), own_question=raw.get("own_question", "")))
+            added=bool(raw.get("added", False)), own_question=raw.get("own_question", ""),
+            evidence=raw.get("evidence", "measured")))
     return sorted(claims, key=lambda c: c.id)
 
 

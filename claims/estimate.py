@@ -75,7 +75,9 @@ def _reusable(suite: str, runs: list[Any], ctx: Context) -> bool:
         hard = {k: v for k, v in ctx.hard_env().items() if k != "threads"}      # such a suite pins its own threads
         return any(r.options.get("by") == "bench claims" and r.options.get("interleave") and r.stored == r.n_cases
                    and {k: v for k, v in r.hard_env.items() if k != "threads"} == hard for r in runs)
-    return ctx.stored_suite(suite, sets, {c.key for c in cases}, reads.peak) is not None
+    procs = max(ctx.processes, reads.processes)
+    return ctx.stored_suite(suite, sets, {c.key for c in cases}, reads.peak, procs,
+                            max(ctx.max_processes, procs)) is not None
 
 
 def estimate_piece(name: str, ctx: Context | None, table: dict[str, float]) -> Piece:

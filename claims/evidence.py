@@ -88,7 +88,10 @@ class Context:
             return self._suites[key]
         t0 = time.perf_counter()
         suite, cases, reads = self.plan_suite(name, sets)
-        run = None if self.fresh else self.stored_suite(suite.name, sets, {c.key for c in cases}, reads.peak)
+        procs = max(self.processes, reads.processes)          # a deciding timing rule's cases: over processes
+        most = max(self.max_processes, procs)
+        run = None if self.fresh else self.stored_suite(suite.name, sets, {c.key for c in cases}, reads.peak,
+                                                        procs, most)
         reused = run is not None
         if run is None:
             left = len(suite.cases) - len(cases)
@@ -96,11 +99,10 @@ class Context:
                      f"; {left} that no rule reads left out: claims/reads.toml" if left else "")
             with Run.open_suite(self.store, suite, cases, quick=self.quick, calibrate=self.calibrate and reads.peak,
                                 options={"sets": sets, "by": "bench claims", "interleave": True,
-                                         **({"processes": self.processes} if self.processes > 1 else {}),
-                                         **({"max_processes": self.max_processes}
-                                            if self.max_processes > self.processes else {})}) as opened:
-                opened.execute(self.executor, run_options(self.quick, interleave=True, processes=self.processes,
-                                                          max_processes=self.max_processes),
+                                         **({"processes": procs} if procs > 1 else {}),
+                                         **({"max_processes": most} if most > procs else {})}) as opened:
+                opened.execute(self.executor, run_options(self.quick, interleave=True, processes=procs,
+                                                          max_processes=most),
                                on_record=self.on_record)
             run = opened.record()
         else:
@@ -129,15 +131,19 @@ class Context:
                 "dirty": (run.env.get("soft") or {}).get("dirty"), "torch": run.hard_env.get("torch"),
                 "device": ", ".join(devices) or "cpu"}
 
-    def stored_suite(self, suite: str, sets: dict[str, Any], keys: set[str], peak: bool = False) -> RunRecord | None:
+    def stored_suite(self, suite: str, sets: dict[str, Any], keys: set[str], peak: bool = False,
+                     processes: int | None = None, max_processes: int | None = None) -> RunRecord | None:
         """A finished run of ``suite`` at this size that holds every case of ``keys`` (a suite file that changed
-        since is measured again; a run with more cases serves too), timed side by side, on this hard environment,
-        with a calibrated peak when a rule reads it (``peak``)."""
+        since is measured again; a run with more cases serves too), timed side by side in ``processes`` worker
+        processes (default: this context's), on this hard environment, with a calibrated peak when a rule reads it
+        (``peak``)."""
         hard = self.hard_env()
+        procs = self.processes if processes is None else processes
+        most = self.max_processes if max_processes is None else max_processes
         for run in self.store.list_runs(suite):
             if (run.status == "done" and run.quick == self.quick and run.options.get("sets") == sets
-                    and run.options.get("interleave") and run.options.get("processes", 1) == self.processes
-                    and run.options.get("max_processes", self.processes) == self.max_processes
+                    and run.options.get("interleave") and run.options.get("processes", 1) == procs
+                    and run.options.get("max_processes", procs) == most
                     and run.stored == run.n_cases and run.hard_env == hard and (run.peak or not peak)
                     and keys <= self.store.stored_keys(run.id)):
                 return run

@@ -12,6 +12,16 @@ from scipy import stats
 VerdictKind = Literal["supported", "partly supported", "contradicted", "inconclusive"]
 RuleStatus = Literal["pass", "fail", "unsure", "unavailable"]
 
+# Where a figure comes from (Figure.provenance):
+#   measured    timed, trained or observed in a run of the code here
+#   counted     counted on the modules here (MACs, parameters, bytes): exact, not noisy
+#   derived     computed by a stated formula from figures measured or counted here (a fit, an extrapolation)
+#   quoted      a PUBLISHED number, or arithmetic that rests on one (needs its source in Figure.quoted)
+#   structural  read off a declared configuration or true by construction (a preset's width, a shape)
+PROVENANCES = ("measured", "counted", "derived", "quoted", "structural")
+HERE = ("measured", "counted", "derived")          # evidence this run produced: only these can decide a
+                                                   # measured claim's central rule or make it "supported"
+
 
 @dataclass(frozen=True)
 class Figure:
@@ -27,6 +37,29 @@ class Figure:
     mode: str = ""                         # how the models executed ("" = eager; e.g. "compiled (default)")
     quoted: str = ""                       # the source, when the figure is (or rests on) a PUBLISHED number, not
                                            # measured here: shown "(quoted)", and a verdict deciding on it says so
+    processes: int = 0                     # a timing: how many worker processes its interval covers (1: the rounds
+                                           # of one process); 0: not a timing, or not said
+    provenance: str = ""                   # one of PROVENANCES; "" = "quoted" when ``quoted`` names a source,
+                                           # else "measured" (see :attr:`kind`)
+
+    def __post_init__(self) -> None:
+        if self.provenance and self.provenance not in PROVENANCES:
+            raise ValueError(f"provenance {self.provenance!r} is not one of {', '.join(PROVENANCES)}")
+        if self.provenance == "quoted" and not self.quoted:
+            raise ValueError("a quoted figure needs its source (Figure.quoted)")
+        if self.quoted and self.provenance and self.provenance != "quoted":
+            raise ValueError(f"a figure resting on a published number ({self.quoted}) is quoted, "
+                             f"not {self.provenance}")
+
+    @property
+    def kind(self) -> str:
+        """Its provenance: the declared one, else "quoted" when it names a published source, else "measured"."""
+        return self.provenance or ("quoted" if self.quoted else "measured")
+
+    @property
+    def here(self) -> bool:
+        """Whether this run produced it (measured, counted or derived from those), not a quote or a structure."""
+        return self.kind in HERE
 
     @property
     def has_interval(self) -> bool:
@@ -48,14 +81,17 @@ class Figure:
             ends = (bool(self.lo), bool(self.hi))
             body = f(self.value) + ("" if ends == (self.value, self.value)
                                     else f" (at the interval's ends: {f(ends[0])}, {f(ends[1])})")
-            return body + (f" {self.unit}" if self.unit else "") + (" (quoted)" if self.quoted else "")
+            return body + (f" {self.unit}" if self.unit else "") + self._tag()
         body = f(self.value) + (f" [{f(self.lo)}, {f(self.hi)}]" if self.has_interval else "")
-        return body + (f" {self.unit}" if self.unit else "") + (" (quoted)" if self.quoted else "")
+        return body + (f" {self.unit}" if self.unit else "") + self._tag()
+
+    def _tag(self) -> str:
+        return "" if self.here else f" ({self.kind})"
 
     def as_dict(self) -> dict[str, Any]:
         return {"value": self.value, "lo": self.lo, "hi": self.hi, "unit": self.unit, "note": self.note,
                 "n": self.n, "text": self.text(), "busy": self.busy, "mode": self.mode,
-                "quoted": self.quoted}
+                "quoted": self.quoted, "provenance": self.kind, "processes": self.processes}
 
 
 def mean_ci(values: Sequence[float], unit: str = "", note: str = "", confidence: float = 0.95) -> Figure:
@@ -86,6 +122,10 @@ class Rule:
     device: str = ""                       # "cuda" / "cpu": only a run on that device decides it ("" = any)
     power: str = ""                        # a figure: the smallest effect this test could have detected, in the
                                            # rule's units, 0 = no effect ("" = not stated): see claims.rules.powered
+    processes: int = 0                     # a timing rule that decides only over an interval covering at least this
+                                           # many worker processes (claims/reads.toml measures its suite so)
+    context: bool = False                  # shown beside the verdict, never deciding it (e.g. a published figure
+                                           # at a scale nothing here measures)
 
 
 @dataclass(frozen=True)
@@ -112,6 +152,9 @@ class Claim:
     added: bool = False                    # found in the documents by us, not listed in CLAIMS.md
     own_question: str = ""                 # not a sentence of the documents: the project's own question, and
                                            # where it comes from (the literature it is drawn from)
+    evidence: str = "measured"             # "measured": its central rule must read a figure this run produced;
+                                           # "quoted": out of reach here (e.g. a published training run), its
+                                           # central rule may read quoted figures — and it can never read supported
 
 
 @dataclass(frozen=True)

@@ -12,18 +12,20 @@ from harness.contract.errors import BenchInputError
 from harness.contract.spec import WORKLOAD_KEYS, Case
 
 READS = Path(__file__).with_name("reads.toml")
-KEYS = {"lines", "drop", "peak", "why"}
+KEYS = {"lines", "drop", "peak", "processes", "why"}
 
 
 @dataclass(frozen=True)
 class Reads:
     """The part of one suite that rules read: ``lines`` (None: all), ``drop`` (cases matching any of these
-    tables are left out), ``peak`` (a rule reads the run's calibrated peak) and ``why`` (which rules read what)."""
+    tables are left out), ``peak`` (a rule reads the run's calibrated peak), ``processes`` (a deciding timing rule
+    needs its cases measured in at least this many fresh worker processes) and ``why`` (which rules read what)."""
 
     lines: tuple[str, ...] | None = None
     drop: tuple[tuple[tuple[str, Any], ...], ...] = ()
     peak: bool = False
     why: str = ""
+    processes: int = 1
 
     def keeps(self, case: Case) -> bool:
         """Whether some rule reads ``case`` (its line is kept and no ``drop`` table matches it)."""
@@ -63,8 +65,12 @@ def parse(data: dict[str, Any], where: str = "claims/reads.toml") -> dict[str, R
         drop = raw.get("drop", [])
         if not isinstance(drop, list) or not all(isinstance(d, dict) and d for d in drop):
             raise BenchInputError("drop must be a list of non-empty tables", where=f"{where}: {suite}.drop")
+        processes = raw.get("processes", 1)
+        if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
+            raise BenchInputError("processes must be a whole number ≥ 1", where=f"{where}: {suite}.processes")
         out[suite] = Reads(tuple(lines) if lines is not None else None,
-                           tuple(tuple(sorted(d.items())) for d in drop), bool(raw.get("peak", False)), raw["why"])
+                           tuple(tuple(sorted(d.items())) for d in drop), bool(raw.get("peak", False)), raw["why"],
+                           processes)
     return out
 
 

@@ -32,7 +32,7 @@ def _outcome_record(o: Outcome) -> dict[str, Any]:
     """One rule's outcome: ``device`` is the device the rule needs, ``decided_on`` where it was decided, with
     the ``mode`` its figure measured; ``others`` the same rule as another device decided it (after a merge)."""
     return {"says": o.rule.says, "figure": o.rule.figure, "test": o.rule.test, "status": o.status,
-            "central": o.rule.central, "device": o.rule.device or None, "decided_on": o.device or None,
+            "central": o.rule.central, "context": o.rule.context, "device": o.rule.device or None, "decided_on": o.device or None,
             "mode": o.mode or None, "conflict": o.conflict, "detail": o.detail,
             "measured": o.figure.as_dict() if o.figure else None,
             "power": o.power.as_dict() if o.power else None, "unpowered": o.unpowered or None,
@@ -111,7 +111,7 @@ def strict_json(obj: Any, path: str, dropped: list[dict[str, str]], why: str = "
 
 
 # -- reading a document back ------------------------------------------------------------------
-FIGURE_FIELDS = ("value", "lo", "hi", "unit", "note", "n", "busy", "mode", "quoted")
+FIGURE_FIELDS = ("value", "lo", "hi", "unit", "note", "n", "busy", "mode", "quoted", "provenance", "processes")
 
 
 def _figure(raw: dict[str, Any] | None) -> Figure | None:

@@ -22,6 +22,12 @@ def check(rule: Rule, fig: Figure, force: bool = False) -> Outcome:
     if fig.busy and not force:
         return Outcome(rule, "unsure", f"{rule.figure} {fig.text()}: {fig.busy} — not decided (--force decides it)",
                        fig)
+    level = (f" (interval over {fig.processes} process{'es' if fig.processes > 1 else ''})" if fig.processes
+             else "")
+    if rule.processes and fig.processes < rule.processes:
+        return Outcome(rule, "unsure", f"{rule.figure} {fig.text()}{level or ' (a timing of unknown level)'}: this "
+                                       f"rule decides only over ≥ {rule.processes} processes (bench claims "
+                                       f"--processes {rule.processes}) — not decided", fig)
     if rule.test == "is_true":
         # a yes/no read at both ends of an interval (e.g. dominance with each latency at either end of its 95%
         # interval): yes at both passes, no at both fails, yes at one end only is undecided
@@ -49,15 +55,17 @@ def check(rule: Rule, fig: Figure, force: bool = False) -> Outcome:
     else:
         status = "unsure"
     word = {"pass": "", "fail": "not ", "unsure": "interval straddles: "}[status]
-    return Outcome(rule, status, f"{rule.figure} {fig.text()} {word}{target}", fig)
+    return Outcome(rule, status, f"{rule.figure} {fig.text()}{level} {word}{target}", fig)
 
 
-def evaluate(rules: tuple[Rule, ...], evidence: Evidence, device: str = "cpu", force: bool = False
-             ) -> list[Outcome]:
+def evaluate(rules: tuple[Rule, ...], evidence: Evidence, device: str = "cpu", force: bool = False,
+             claim_evidence: str = "measured") -> list[Outcome]:
     """Each rule's outcome on ``evidence``; a rule for another device (``device = "cuda"`` on a CPU run) is
     unavailable, whatever the probe produced; a timing measured on a busy machine is undecided unless ``force``.
     A rule that states its power (``Rule.power``) shows it in its detail, and a fail it had no power to see
-    reads undecided (:func:`powered`)."""
+    reads undecided (:func:`powered`). A measured claim's central rule over a figure this run did not produce
+    (quoted or structural: :attr:`claims.model.Figure.here`) decides nothing: it reads undecided
+    (:func:`not_here`)."""
     out = []
     for rule in rules:
         fig = evidence.figures.get(rule.figure)
@@ -69,9 +77,21 @@ def evaluate(rules: tuple[Rule, ...], evidence: Evidence, device: str = "cpu", f
             out.append(Outcome(rule, "unavailable", f"{rule.figure}: {reason}"))
         else:
             o = check(rule, fig, force)
-            out.append(o if o.status == "unavailable" else powered(replace(o, device=device, mode=fig.mode or "eager"),
-                                                                   evidence))
+            o = o if o.status == "unavailable" else powered(replace(o, device=device, mode=fig.mode or "eager"),
+                                                            evidence)
+            out.append(not_here(o) if rule.central and claim_evidence == "measured" else o)
     return out
+
+
+def not_here(o: Outcome) -> Outcome:
+    """A measured claim's central outcome: unchanged when its figure was produced here (measured, counted,
+    derived); a quoted or structural one reads undecided, with the reason — a published number or a shape
+    cannot be a measured claim's headline."""
+    if o.status not in ("pass", "fail") or o.figure is None or o.figure.here:
+        return o
+    src = f" ({o.figure.quoted})" if o.figure.quoted else ""
+    return replace(o, status="unsure", detail=f"{o.detail} — a {o.figure.kind} figure{src} cannot decide a measured "
+                                              "claim's central rule")
 
 
 def powered(o: Outcome, evidence: Evidence) -> Outcome:
@@ -144,16 +164,29 @@ def _central_part(head: Outcome) -> str:
     return f"central{where}: {head.rule.says} — {head.detail}"
 
 
+def decided_by(outcomes: list[Outcome]) -> str:
+    """The reason's part naming the figures that decided the verdict (the deciding rules that passed or failed),
+    each with its provenance; "" when none did."""
+    figs = dict.fromkeys(f"{o.rule.figure} ({o.figure.kind})" for o in outcomes
+                         if not o.rule.context and o.status in ("pass", "fail") and o.figure is not None)
+    return ("decided by: " + ", ".join(figs)) if figs else ""
+
+
 def combine(outcomes: list[Outcome], device: str = "") -> tuple[str, str]:
-    """The verdict and its reason. Every rule measured and passing → supported; the central rule failing →
-    contradicted; the central rule unmeasured or undecided (a fail it had no power to see included) →
-    inconclusive; otherwise (the central rule holds, some other rule fails, straddles or was not measured) →
-    partly supported. The central rule is the one of ``device`` (:func:`centrals`); after a merge, the central
-    rules of both devices decide together: one holding where the other fails → partly supported. The reason
-    names the central rule's outcome (and its device, when it has one), then what held, what failed, what was
-    undecided and what was not tested."""
+    """The verdict and its reason. Every deciding rule measured and passing, at least one of them over a figure
+    produced here (:attr:`claims.model.Figure.here`) → supported; the central rule failing → contradicted; the
+    central rule unmeasured or undecided (a fail it had no power to see, or a measured claim's central rule over
+    a quoted figure, included) → inconclusive; otherwise (the central rule holds, some other rule fails,
+    straddles or was not measured; or only quoted and structural figures hold) → partly supported. Context
+    rules (``Rule.context``) are shown and never decide. The central rule is the one of ``device``
+    (:func:`centrals`); after a merge, the central rules of both devices decide together: one holding where the
+    other fails → partly supported. The reason names the central rule's outcome (and its device, when it has
+    one), then what held, what failed, what was undecided, what was not tested, the context, and the figures
+    that decided it with their provenance."""
     heads = centrals(outcomes, device)
     is_head = lambda o: any(o is h for h in heads)  # noqa: E731
+    context = [o for o in outcomes if o.rule.context and not is_head(o)]
+    outcomes = [o for o in outcomes if not o.rule.context or is_head(o)]
     by = {s: [o for o in outcomes if o.status == s] for s in ("pass", "fail", "unsure", "unavailable")}
     parts = [_central_part(h) for h in heads]
     statuses = {h.status for h in heads}
@@ -174,8 +207,15 @@ def combine(outcomes: list[Outcome], device: str = "") -> tuple[str, str]:
         parts.append("devices disagree (shown as undecided): " + "; ".join(torn))
     if quoted_part(outcomes):                            # a verdict resting on a published figure says so
         parts.append(quoted_part(outcomes))
+    if context:
+        parts.append("context (does not decide): " + "; ".join(f"{o.rule.says} — {o.detail}" for o in context))
+    if decided_by(outcomes):
+        parts.append(decided_by(outcomes))
+    here = [o for o in by["pass"] if o.figure is not None and o.figure.here]
+    if len(by["pass"]) == len(outcomes) and not here:
+        parts.append("only quoted or structural figures hold: nothing measured here supports it")
     reason = " | ".join(parts)
-    if len(by["pass"]) == len(outcomes):
+    if len(by["pass"]) == len(outcomes) and here:
         return "supported", reason
     if "fail" in statuses and "pass" not in statuses:
         return "contradicted", reason

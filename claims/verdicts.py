@@ -17,7 +17,7 @@ class ProbeContractError(RuntimeError):
 
 def decide(claim: Claim, evidence: Evidence, device: str = "cpu",
            provenance: list[dict[str, Any]] | None = None, force: bool = False) -> Verdict:
-    outcomes = evaluate(claim.rules, evidence, device, force)
+    outcomes = evaluate(claim.rules, evidence, device, force, claim.evidence)
     verdict, reason = combine(outcomes, device)
     return Verdict(claim, verdict, reason, outcomes, evidence, device=device, mode=decided_modes(outcomes),
                    provenance=list(provenance or []))

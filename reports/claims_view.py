@@ -129,13 +129,13 @@ def markdown_table(doc: dict[str, Any]) -> str:
     def cell(text: str) -> str:
         return text.replace("|", "\\|").replace("\n", " ")
 
-    lines = ["| id | claim | verdict | measured on | figures (★ central; ✓ holds, ✗ does not, ? interval straddles, "
+    lines = ["| id | claim | verdict | measured on | figures (★ central; context rules never decide; ✓ holds, ✗ does not, ? interval straddles, "
              "n/a not measured here; @ the device that decided it, ⚠ devices disagree) |", "|---|---|---|---|---|"]
     for c in doc["claims"]:
         figs = []
         several = merged(c)
         for o in c["rules"]:
-            star = "★ " if o.get("central") else ""
+            star = "★ " if o.get("central") else "(context, does not decide) " if o.get("context") else ""
             if o["measured"] is not None and o["status"] != "unavailable":
                 at = f" @{o['decided_on']}" if several and o.get("decided_on") else ""
                 others = "".join(f" ({x['decided_on']}: {x['measured']['text'] if x.get('measured') else 'n/a'} "

@@ -314,7 +314,8 @@ def verdict_table(doc: dict[str, Any]) -> Table:
     for col in ("id", "claim", "verdict", "deciding figures (★ central)"):
         t.add_column(col, overflow="fold")
     for c in doc["claims"]:
-        figs = "; ".join(f"{'★ ' if o.get('central') else ''}{o['figure']} {o['measured']['text']} "
+        figs = "; ".join(f"{'★ ' if o.get('central') else '(context) ' if o.get('context') else ''}"
+                         f"{o['figure']} {o['measured']['text']} "
                          f"{_MARK.get(o['status'], '?')}"
                          + (f" @{o['decided_on']}" if "+" in str(c.get("device")) and o.get("decided_on") else "")
                          + (" ⚠" if o.get("conflict") else "")

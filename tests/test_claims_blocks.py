@@ -12,7 +12,7 @@ from claims.verdicts import decide
 from harness.contract.registry import resolve
 from claims.record import to_record
 
-EXPECTED = {"C31": "partly supported", "C32": "contradicted", "C33": "partly supported", "C34": "supported",
+EXPECTED = {"C31": "supported", "C32": "contradicted", "C33": "partly supported", "C34": "supported",
             "C35": "supported", "C36": "contradicted", "C37": "supported", "C38": "partly supported",
             "C39": "supported"}
 PROBES = {"named_sizes": blocks.named_sizes, "dot_magnitude": blocks.dot_magnitude,

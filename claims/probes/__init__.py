@@ -133,8 +133,10 @@ def comparison_figure(c: Comparison, note: str = "", busy: str = "") -> Figure:
             "occasions": "interval over occasions", "exact": "exact"}[c.level]
     side = "timed side by side" if c.paired else "not timed side by side"
     n = c.n_a if c.level in ("processes", "rounds") else None
+    processes = min(c.n_a, c.n_b) if c.level == "processes" else 1     # how many processes the interval covers
     text = f"{side} ({c.units_text}), {over}; {c.summary}"
-    return Figure(c.ratio, c.ci_low, c.ci_high, "×", (note + "; " if note else "") + text, n, busy=busy)
+    return Figure(c.ratio, c.ci_low, c.ci_high, "×", (note + "; " if note else "") + text, n, busy=busy,
+                  processes=processes)
 
 
 def median_ratio(a: CaseRecord | None, b: CaseRecord | None, note: str = "") -> Figure:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -27,13 +28,26 @@ from harness.instruments.timing import TimingConfig, measure_interleaved
 # their papers (the document gives only d_model and heads): preset + overrides, and the size in the name.
 NAMED = {
     "bert_base": ("encoder-base", {}, 110e6, "BERT-base (Devlin et al.: 110M)"),
-    "gpt2": ("gpt2-small", {}, 117e6, "GPT-2 small (Radford et al.: 117M)"),
+    "gpt2": ("gpt2-small", {}, 124e6, "GPT-2 small (as released: 124M)"),
     "gpt3": ("gpt2-small", dict(d_model=12288, n_layers=96, n_heads=96, max_seq_len=2048), 175e9,
              "GPT-3 175B: 96 layers, d_ff = 4d, GPT-2 vocabulary, tied"),
     "llama2_70b": ("decoder-llama-small", dict(vocab_size=32000, d_model=8192, n_layers=80, n_heads=64,
                                                n_kv_heads=8, d_ff=28672, max_seq_len=4096), 70e9,
                    "LLaMA-2 70B: 80 layers, 8 K/V heads, SwiGLU d_ff 28,672, 32k vocabulary, untied"),
 }
+
+
+# The shapes 000 Part 2 states: (d_model, heads, d_k).
+STATED = {"bert_base": (768, 12, 64), "gpt2": (768, 12, 64), "gpt3": (12288, 96, 128), "llama2_70b": (8192, 64, 128)}
+
+
+def built_shapes(preset: str, **overrides: object) -> set[tuple[int, int, int]]:
+    """The (d_model, heads, head width) of every attention layer of the preset built on the meta device."""
+    spec = resolve(preset, **overrides)
+    with torch.device("meta"):
+        model = spec.build(spec.config)
+    return {(m.out.in_features, m.n_heads, m.head_dim) for m in model.modules() if isinstance(m, Attention)}
+
 
 
 # Side figures: the same shapes as transformers' own models (the `hf` extra), built from their config classes.
@@ -51,32 +65,40 @@ def transformers_side(ev: Evidence, figure: str, arch: str, over: dict, count: C
     the figure marked unavailable, with the reason, where transformers is not installed."""
     try:
         value = count(arch, over)
-        ev.figures[figure] = Figure(float(value), unit=unit, note=f"{note}: {value:,}")
+        ev.figures[figure] = Figure(float(value), unit=unit, provenance="counted", note=f"{note}: {value:,}")
     except BenchInputError as exc:
         ev.unavailable[figure] = str(exc)
 
 
-@probe("named_sizes", figures=tuple(f"params_{k}" for k in NAMED) + ("params_gpt2_released", "mha_over_gqa_params_70b")
+@probe("named_sizes", figures=tuple(f"params_{k}" for k in NAMED)
+       + ("params_gpt2_released", "mha_over_gqa_params_70b", "shapes_as_stated")
        + tuple(f"params_{k}_transformers" for k in TRANSFORMERS_SAME))
 def named_sizes(ctx: Context | None) -> Evidence:
     """Parameter counts of the configurations 000 names, counted on the modules built on the meta device
-    (the analytic cost formula is tested equal to these, not used in their place)."""
+    (the analytic cost formula is tested equal to these, not used in their place), and their attention
+    layers' shapes against the document's d_model, heads and d_k."""
     ev = Evidence()
     for key, (preset, over, named, what) in NAMED.items():
         n = built_params(preset, **over)
-        ev.figures[f"params_{key}"] = Figure(float(n), unit="params", note=f"{what}; preset {preset}")
+        ev.figures[f"params_{key}"] = Figure(float(n), unit="params", note=f"{what}; preset {preset}",
+                                             provenance="counted")
+    shapes = {key: built_shapes(preset, **over) for key, (preset, over, _, _) in NAMED.items()}
+    odd = {k: sorted(v) for k, v in shapes.items() if v != {STATED[k]}}
+    ev.figures["shapes_as_stated"] = Figure(
+        not odd, provenance="structural",
+        note="every attention layer built has the document's (d_model, heads, d_k): "
+             + ", ".join(f"{k} {STATED[k]}" for k in STATED) + (f"; differ: {odd}" if odd else ""))
     gpt2 = ev.figures["params_gpt2"]
     ev.figures["params_gpt2_released"] = Figure(
-        gpt2.value, unit="params", note=f"gpt2-small built: {gpt2.value:,.0f} (tied token embedding counted once); "
+        gpt2.value, unit="params", provenance="counted", note=f"gpt2-small built: {gpt2.value:,.0f} (tied token embedding counted once); "
                                         "OpenAI's released 'small' is 124M — its README: 'our original parameter "
                                         "counts were wrong due to an error … small referred to as 117M'")
     for key, (_, _, named, what) in NAMED.items():                  # per size: how far from its name
         f = ev.figures[f"params_{key}"]
-        ev.figures[f"params_{key}"] = Figure(f.value, unit=f.unit, note=f"{f.note}; {f.value / named - 1:+.1%} "
-                                                                          f"from the named {named:.3g}")
+        ev.figures[f"params_{key}"] = replace(f, note=f"{f.note}; {f.value / named - 1:+.1%} from {named:.3g}")
     preset, over, _, _ = NAMED["llama2_70b"]
     mha = built_params(preset, **{**over, "n_kv_heads": 64})
-    ev.figures["mha_over_gqa_params_70b"] = Figure(mha / built_params(preset, **over), unit="×",
+    ev.figures["mha_over_gqa_params_70b"] = Figure(mha / built_params(preset, **over), unit="×", provenance="counted",
                                                    note=f"the 70B shape with 64 K/V heads: {mha:,} parameters")
     for key, (arch, over) in TRANSFORMERS_SAME.items():
         ours = ev.figures[f"params_{key}"].value

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import math
+import tomllib
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -569,10 +572,13 @@ def ffn_split(d: int = 512, lo: float = 0.25, hi: float = 8.0, **overrides) -> t
     return ns, [a for a, _ in pairs], [f for _, f in pairs]
 
 
-# The reference presets of C30: the classic Transformer (Vaswani), BERT/GPT-2/GPT-3-style decoders and encoders,
-# ViT — and LLaMA's SwiGLU FFN (d_ff = 8/3·d rounded up to a multiple of 256: 3·d at d = 512), the counter-example.
-FFN_PRESETS = ("decoder-small", "decoder-base", "gpt2-small", "encoder-base", "aiayn-base", "aiayn-big", "vit-b16",
-               "vit-l16", "decoder-llama-small")
+# C30's norm is read over the released Transformers' FFN shapes (published data, one table per model).
+FFN_SHAPES = Path(__file__).resolve().parents[1] / "ffn_shapes.toml"
+
+
+def released_ffn_shapes(path: Path = FFN_SHAPES) -> dict[str, dict]:
+    """The released models' (d_model, d_ff, ffn kind, source), as published."""
+    return tomllib.loads(path.read_text(encoding="utf-8"))
 
 
 def ffn_width(preset: str) -> tuple[int, int, int]:
@@ -605,22 +611,24 @@ def ffn_share(ctx: Context) -> Evidence:
         "counted MACs of the attention sublayer (QKV/O + q·kᵀ + p·v) vs the FFN (d_ff = 4d) of one decoder "
         "layer, attributed per module (the LM head in neither)")
     at_d = ns.index(d)
+    ev.figures["attn_overtakes_ffn_at"] = replace(ev.figures["attn_overtakes_ffn_at"], provenance="counted")
     ev.figures["ffn_share_n512"] = Figure(pts_ffn[at_d] / (pts_attn[at_d] + pts_ffn[at_d]), unit="share",
+                                          provenance="counted",
                                           note="FFN share of the layer's attention + FFN MACs at n = d = 512")
-    widths = {p: ffn_width(p) for p in FFN_PRESETS}
-    four = [p for p, (dm, h, _) in widths.items() if h == 4 * dm]
-    other = [f"{p} d_ff = {h / dm:.3g}·d ({h} at d = {dm})" for p, (dm, h, _) in widths.items() if h != 4 * dm]
-    listing = ", ".join(f"{p} {h}/{dm}" for p, (dm, h, _) in widths.items())
-    ev.figures["d_ff_is_4d_share"] = Figure(len(four) / len(widths), unit="share",
-                                            note=f"presets whose FFN (measured: the width its down projection "
-                                                 f"reads, one token through the built block-0 mlp) is 4·d: "
-                                                 f"{len(four)} of {len(widths)}; d_ff/d: {listing}"
-                                                 + (f"; not 4·d: {'; '.join(other)}" if other else ""))
-    ev.figures["d_ff_all_4d"] = Figure(not other, note=("every reference preset's FFN is 4·d" if not other
-                                                        else "not 4·d: " + "; ".join(other)))
+    shapes = released_ffn_shapes()
+    four = [k for k, r in shapes.items() if r["d_ff"] == 4 * r["d_model"]]
+    other = [f"{k} d_ff = {r['d_ff'] / r['d_model']:.3g}·d ({r['ffn']})" for k, r in shapes.items()
+             if r["d_ff"] != 4 * r["d_model"]]
+    src = "the released models' papers and configurations (claims/ffn_shapes.toml)"
+    ev.figures["d_ff_is_4d_share"] = Figure(len(four) / len(shapes), unit="share", quoted=src,
+                                            note=f"released Transformers whose FFN is 4·d wide: {len(four)} of "
+                                                 f"{len(shapes)} ({', '.join(four)}); not 4·d: {'; '.join(other)}")
+    ev.figures["d_ff_all_4d"] = Figure(not other, quoted=src, note=("every released shape's FFN is 4·d" if not other
+                                                                    else "not 4·d: " + "; ".join(other)))
+    widths = {p: ffn_width(p) for p in ("decoder-small", "decoder-llama-small")}
     dm, h, macs = widths["decoder-llama-small"]
     ev.figures["swiglu_ffn_macs_over_4d"] = Figure(
-        macs / (8 * dm * dm), unit="×", note=f"decoder-llama-small's SwiGLU FFN (d_ff {h}, three d×d_ff matrices) "
+        macs / (8 * dm * dm), unit="×", provenance="counted", note=f"decoder-llama-small's SwiGLU FFN (d_ff {h}, three d×d_ff matrices) "
                                              f"counted {macs:,} MACs per token / a 4·d two-matrix FFN's 8·d² = "
                                              f"{8 * dm * dm:,} (decoder-small's, counted: {widths['decoder-small'][2]:,})")
     ev.notes.append("Algebra: attention 4·n·d² (projections) + 2·n²·d (q·kᵀ, p·v) vs FFN 8·n·d² are equal at n = 2d; "

@@ -53,7 +53,7 @@ def gap_fit(gaps: dict[str, list[float]]) -> tuple[Figure, Figure]:
         else:
             never += 1
     what = f"gap vs log10(images) over {sizes[0]}…{sizes[-1]}, per seed"
-    slope = mean_ci(slopes, "accuracy points per 10× images", f"slope of the {what}")
+    slope = mean_ci(slopes, "accuracy (fraction of test images) per 10× images", f"slope of the {what}")
     if not roots:
         return slope, Figure(math.inf, note=f"the gap does not shrink in any seed ({what})", unit="images")
     r = mean_ci(roots)
@@ -134,7 +134,7 @@ def small_data(ctx: Context) -> Evidence:
         raise ValueError(f"the small_vision result gives no test-set size for {primary}")
     at = lambda n, *models: {m: acc[m][n] for m in models}  # noqa: E731
     ev.figures["gap_smallest"] = boot_figure(at(small, "cnn", "vit"), lambda a: float(np.mean(a["cnn"] - a["vit"])),
-                                             n_test, "accuracy points", f"{primary}: CNN − ViT at {small} images")
+                                             n_test, "accuracy (fraction of test images)", f"{primary}: CNN − ViT at {small} images")
     ev.figures["cnn_acc_smallest"] = boot_figure(at(small, "cnn"), lambda a: float(np.mean(a["cnn"])), n_test,
                                                  "accuracy", f"{primary}, {small} images (chance {chance:.2f})")
     for size, key in ((small, "vit_skill_smallest"), (large, "vit_skill_largest")):
@@ -152,7 +152,7 @@ def small_data(ctx: Context) -> Evidence:
         fig = ev.figures.get(key.removeprefix("power_"))
         if fig is not None:
             ev.figures[key] = diff_resolution(fig, f"the {key.removeprefix('power_')} rule")
-    ev.figures["gap_shrinks"] = mean_ci(_per_seed(d["gap"][small], d["gap"][large]), "accuracy points",
+    ev.figures["gap_shrinks"] = mean_ci(_per_seed(d["gap"][small], d["gap"][large]), "accuracy (fraction)",
                                         f"gap at {small} − gap at {large} images")
     ev.figures["gap_slope"], ev.figures["gap_closes_at"] = gap_fit(d["gap"])
     for other, od in datasets.items():

@@ -12,7 +12,7 @@ from torchvision.models import get_weight
 from architectures.swin import ShiftedWindowAttention
 from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure
-from claims.probes import PROBES, exponent, local_slope, median_ratio, probe, select, series
+from claims.probes import PROBES, busy_reason, exponent, local_slope, median_ratio, probe, select, series
 from harness.engine.models import fake_case
 from harness.instruments.flops import count_model, dependency_trace
 from harness.contract.spec import Workload
@@ -324,8 +324,10 @@ def edge(ctx: Context) -> Evidence:
             m = r.metrics
             ev.figures[f"{key}_params_m"] = Figure(m["params"] / 1e6, unit="M params", note=arch)
             threads = r.metric("threads")
-            ev.figures[f"{key}_latency_ms"] = Figure(m["median_ms"], m.get("ci_low_ms"), m.get("ci_high_ms"), "ms",
-                                                     f"{arch}, batch 1" + (f", {threads:g} CPU threads" if threads else ""))
+            ev.figures[f"{key}_latency_ms"] = Figure(
+                m["median_ms"], m.get("ci_low_ms"), m.get("ci_high_ms"), "ms",
+                f"{arch}, batch 1" + (f", {threads:g} CPU threads" if threads else ""),
+                busy=busy_reason([r]), processes=int(r.metric("n_processes") or 1))
     front = efficient_cnns_on_frontier(by)
     if front is not None:
         ev.figures["efficient_cnns_on_frontier_latency"] = front
@@ -432,18 +434,18 @@ def convnext(ctx: Context) -> Evidence:
     ev, by = _batch1(ctx)
     cn = by.get("convnext-tiny")
     (c_acc, c_src), (s_acc, s_src) = PUBLISHED_TOP1["convnext-tiny"], PUBLISHED_TOP1["vit-s16"]
-    ev.figures["acc_gap_convnext_vit_s"] = Figure(c_acc - s_acc, unit="points top-1",
+    ev.figures["acc_gap_convnext_vit_s"] = Figure(c_acc - s_acc, unit="percentage points of top-1",
                                                   note=f"published, not measured: {c_src}; {s_src}",
                                                   quoted="Liu et al. 2022 (ConvNeXt) Table 1; Touvron et al. 2021 (DeiT)")
     c, v = published("convnext-tiny"), published("vit-b16")
-    ev.figures["acc_gap_convnext_vit"] = Figure(c["acc1"] - v["acc1"], unit="points top-1",
+    ev.figures["acc_gap_convnext_vit"] = Figure(c["acc1"] - v["acc1"], unit="percentage points of top-1",
                                                 note=f"torchvision metadata: {c['acc1']} vs {v['acc1']}",
                                                 quoted=TOP1_SOURCE)
     for tag, arch in (("_s", "vit-s16"), ("", "vit-b16")):
         vt = by.get(arch)
         if cn and vt and cn.metric("macs") and vt.metric("macs"):
             ev.figures[f"macs_ratio_convnext_vit{tag}"] = Figure(
-                cn.metrics["macs"] / vt.metrics["macs"], unit="×",
+                cn.metrics["macs"] / vt.metrics["macs"], unit="×", provenance="counted",
                 note=f"counted MACs, ConvNeXt-T {cn.metrics['macs'] / 1e9:.2f} G / {arch} {vt.metrics['macs'] / 1e9:.2f} G")
         else:
             ev.unavailable[f"macs_ratio_convnext_vit{tag}"] = f"the vit_vs_cnn run has no counted MACs for {arch}"

@@ -49,7 +49,7 @@ def lrnet(ctx: Context) -> Evidence:
             a, b = lr.metric(metric), rn.metric(metric)
             if a and b:
                 ev.figures[f"{key}_ratio_lrnet_resnet"] = Figure(
-                    a / b, unit="×", note=f"counted {metric} {where}: {a / 1e9 if key == 'macs' else a / 1e6:.3g} "
+                    a / b, unit="×", provenance="counted", note=f"counted {metric} {where}: {a / 1e9 if key == 'macs' else a / 1e6:.3g} "
                     f"{'G' if key == 'macs' else 'M'} / {b / 1e9 if key == 'macs' else b / 1e6:.3g} "
                     f"{'G' if key == 'macs' else 'M'}")
             else:
@@ -63,13 +63,13 @@ def lrnet(ctx: Context) -> Evidence:
                 lat.value * scale, lat.lo * scale if lat.lo is not None else None,
                 lat.hi * scale if lat.hi is not None else None, "×",
                 f"time per counted MAC, LR-Net-50 / ResNet-50 {where} (latency ratio ÷ MAC ratio)", lat.n,
-                busy=lat.busy)
+                busy=lat.busy, processes=lat.processes, provenance="derived")
         else:
             ev.unavailable["latency_per_mac_ratio_lrnet_resnet"] = "needs both the MAC and the latency ratio"
     acc, src = LRNET_TOP1
     rn_acc = published("resnet50")["acc1"]
     ev.figures["acc_gap_lrnet_resnet"] = Figure(
-        acc - rn_acc, unit="points top-1",
+        acc - rn_acc, unit="percentage points of top-1",
         note=f"published, not measured: {src}; ResNet-50 {rn_acc} % (torchvision metadata); different training recipes",
         quoted="Hu et al. 2019 (LR-Net) via Wang et al. 2020 Table 1; torchvision metadata (ResNet-50)")
     ev.chart = Chart("LR-Net-50 vs ResNet-50: batch-1 latency vs image size", "image side (px)", "ms",
