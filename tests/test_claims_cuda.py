@@ -88,7 +88,7 @@ def test_gpu_rates_take_each_models_best_batch_and_name_the_mode():
     head, eager_fig = ev.figures["gpu_vit_over_resnet_rate"], ev.figures["gpu_vit_over_resnet_rate_eager"]
     assert head.value == pytest.approx(best[True], rel=0.02) and head.mode == f"compiled ({COMPILED})"
     assert eager_fig.value == pytest.approx(best[False], rel=0.02) and eager_fig.mode == "eager"
-    assert head.has_interval and "timed side by side in 5 rounds" in head.note          # paired, not two medians
+    assert head.has_interval and "timed side by side (5 paired rounds)" in head.note          # paired, not two medians
     assert "batch 256" in head.note and "batch 64" in head.note
     assert ev.figures["gpu_vit_tflops_eager"].value == pytest.approx(GFLOPS["vit-b16"] * 256 / 25e-3 / 1e12)
     outcome = decide(CATALOG["C23"], ev, device="cuda").outcomes[-1]
