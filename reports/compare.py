@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 
-from harness.contract.records import CaseRecord, RunRecord
+from harness.contract.records import CaseRecord, RunRecord, hard_differences
 from harness.analysis.stats import SAME_REL_TOL, paired_ratio
 from harness.analysis.stats import compare as compare_samples
 from reports.frames import sweep_axis
@@ -71,9 +71,9 @@ def compare_runs(records_a: list[CaseRecord], records_b: list[CaseRecord], axis:
 
 
 def env_differences(env_a: Mapping[str, Any], env_b: Mapping[str, Any]) -> list[str]:
-    """The ``hard`` fingerprint keys whose values differ between two runs (sorted)."""
-    ha, hb = (env_a or {}).get("hard", {}), (env_b or {}).get("hard", {})
-    return sorted(k for k in ha.keys() | hb.keys() if ha.get(k) != hb.get(k))
+    """The ``hard`` fingerprint keys whose values differ between two runs (sorted; a key recorded only since a
+    later version and missing on one side is not counted: :func:`harness.contract.records.hard_differences`)."""
+    return hard_differences((env_a or {}).get("hard") or {}, (env_b or {}).get("hard") or {})
 
 
 def pair_records(records_a: list[CaseRecord], records_b: list[CaseRecord], run_a: RunRecord, run_b: RunRecord

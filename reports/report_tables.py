@@ -8,7 +8,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harness.contract.records import LABEL_KEYS, CaseRecord, RunRecord
+from harness.contract.records import LABEL_KEYS, LATER_HARD_KEYS, CaseRecord, RunRecord
 from harness.analysis.stats import ScalingFit, summarize
 from reports.findings import FIT_METRICS, Findings
 from reports.labels import case_labels, param_columns
@@ -148,7 +148,7 @@ def hard_differences(runs: Sequence[RunRecord]) -> list[str]:
     """The hard fingerprint keys on which the runs do not all agree (sorted)."""
     keys = {k for run in runs for k in run.hard_env}
     return sorted(k for k in keys if len({json.dumps(run.hard_env.get(k), sort_keys=True, default=str)
-                                          for run in runs}) > 1)
+                                          for run in runs if k in run.hard_env or k not in LATER_HARD_KEYS}) > 1)
 
 
 def run_device(run: RunRecord, records: Sequence[CaseRecord]) -> str:
