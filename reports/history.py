@@ -7,14 +7,18 @@ is a point whose status is not ``ok``. The hard environment (:func:`harness.cont
 cuts a series into **segments**: points of two machines or two software stacks are never compared; each cut is
 marked with the keys that changed.
 
-**Change points (timing).** Within a segment, each usable point is compared with the one before it by the gate's
-timing verdict (:func:`reports.check.timing.timing_verdict`: the ratio of medians with its interval, the effect
-floor, the significance test; over processes where both runs had several). A step is **flagged** when that verdict
-is ``regressed`` or ``improved`` *and* the next usable point confirms it (its verdict against the point before the
-step goes the same way): a step inside the noise (``unchanged``/``inconclusive``) is not flagged, nor is a single
-outlier that the next run takes back. A step at the latest point has no next one: it is flagged "unconfirmed".
-The **smallest flaggable step** of a series is the median of its comparisons' minimum detectable effects (their
-``mde``: the floor, or the interval's reach where wider).
+**Change points (timing).** Within a segment, each usable point is judged by the gate's timing verdict against the
+runs before it (up to :data:`WINDOW`, none before the last flagged step): with two runs or more, as a check against a
+baseline measured on that many *occasions* (:func:`reports.check.timing.occasion_timing_verdict`: each run's
+per-process medians, the spread between the runs in the standard error, ``K - 1`` degrees of freedom), so the
+interval covers what moves a case between runs on this machine; with one, by
+:func:`reports.check.timing.timing_verdict` against it. A step is **flagged** when the verdict is ``regressed`` or
+``improved`` *and* the next usable point confirms it (its verdict against the same runs goes the same way): a step
+inside the noise (``unchanged``/``inconclusive``) is not flagged, nor is a single outlier that the next run takes
+back. A step at the latest point has no next one: it is flagged "unconfirmed". A point measured while other
+processes used the machine carries the gate's busy note; its flag says so. The **smallest flaggable step** of a
+series is the median of its verdicts' minimum detectable effects (``mde``: the floor, or what the interval's width
+lets the test see).
 
 **Exact metrics** (:data:`reports.check.metrics.DETERMINISTIC`: MACs, FLOPs, parameters, analytic bytes) are steps:
 every change between usable neighbours of one segment is flagged at the commit where it happened. **Status
@@ -37,11 +41,15 @@ import numpy as np
 
 from harness.analysis.stats import fit_loglog
 from harness.contract.records import LATER_HARD_KEYS, CaseRecord, RunRecord, hard_differences
+from reports.check.baseline import process_medians_ms
 from reports.check.metrics import DETERMINISTIC
-from reports.check.timing import MIN_EFFECT, TimingVerdict, busy_note, n_processes, timing_verdict
+from reports.check.timing import (MIN_EFFECT, TimingVerdict, busy_note, n_processes, occasion_timing_verdict,
+                                  timing_verdict)
 from reports.labels import case_labels
 
 TIMING_METRIC = "median_ms"
+WINDOW = 5
+"""Runs before a point that it is compared with, as occasions (the gate's default number of baseline occasions)."""
 DRIFT_MIN_POINTS = 5
 
 
@@ -66,6 +74,7 @@ class Point:
     busy: str = ""
     samples_s: tuple[float, ...] = field(default=(), repr=False)
     rounds: tuple[int, ...] = field(default=(), repr=False)
+    process_ms: tuple[float, ...] = field(default=(), repr=False)   # per-process medians (ms)
 
     @property
     def short(self) -> str:
@@ -138,12 +147,17 @@ def _point(run: RunRecord, r: CaseRecord, order: tuple[int, str] | None, metric:
                  ci_low=r.metric("ci_low_ms") if timing else None, ci_high=r.metric("ci_high_ms") if timing else None,
                  processes=n_processes(r), exact={m: v for m in DETERMINISTIC if (v := r.metric(m)) is not None},
                  env_change=env_change, cpu_unknown=not any(k in run.hard_env for k in LATER_HARD_KEYS),
-                 busy=busy_note(r), samples_s=tuple(r.samples_s), rounds=tuple(r.rounds))
+                 busy=busy_note(r), samples_s=tuple(r.samples_s), rounds=tuple(r.rounds),
+                 process_ms=tuple(process_medians_ms(r)))
 
 
-def _compare(a: Point, b: Point) -> TimingVerdict | None:
-    if not (a.samples_s and b.samples_s):
+def _compare(window: Sequence[Point], b: Point) -> TimingVerdict | None:
+    """``b`` against the runs before it: over those runs as occasions (two or more), else against the one."""
+    if not b.process_ms or not all(p.process_ms for p in window):
         return None
+    if len(window) >= 2:
+        return occasion_timing_verdict([p.process_ms for p in window], b.process_ms, cand_processes=len(b.process_ms))
+    a = window[-1]
     ra = a.rounds if sum(a.rounds) == len(a.samples_s) else ()
     rb = b.rounds if sum(b.rounds) == len(b.samples_s) else ()
     return timing_verdict(a.samples_s, ra, b.samples_s, rb, base_processes=a.processes, cand_processes=b.processes)
@@ -166,9 +180,11 @@ def _segments(points: Sequence[Point]) -> list[list[int]]:
 
 def _timing_flags(points: Sequence[Point], seg: Sequence[int]) -> tuple[list[Flag], list[tuple[int, TimingVerdict]]]:
     flags, comps = [], []
+    start = 0                                   # the window never reaches back across a flagged step
     for j in range(1, len(seg)):
-        a, b = points[seg[j - 1]], points[seg[j]]
-        v = _compare(a, b)
+        window = [points[i] for i in seg[max(start, j - WINDOW):j]]
+        b = points[seg[j]]
+        v = _compare(window, b)
         if v is None:
             continue
         comps.append((seg[j], v))
@@ -176,14 +192,17 @@ def _timing_flags(points: Sequence[Point], seg: Sequence[int]) -> tuple[list[Fla
             continue
         confirmed = None
         if j + 1 < len(seg):
-            after = _compare(a, points[seg[j + 1]])
+            after = _compare(window, points[seg[j + 1]])
             if after is None or after.verdict != v.verdict:
                 continue                    # taken back by the next run: an outlier, not a step
             confirmed = True
         kind = "slower" if v.verdict == "regressed" else "faster"
-        text = (f"{kind} ×{v.ratio:.3f} [{v.ci_low:.3f}, {v.ci_high:.3f}] vs {a.short}"
+        against = (f"the {len(window)} runs {window[0].short}..{window[-1].short}" if len(window) > 1
+                   else window[0].short)
+        text = (f"{kind} ×{v.ratio:.3f} [{v.ci_low:.3f}, {v.ci_high:.3f}] vs {against}"
                 + ("" if confirmed else " (latest point: unconfirmed)") + (f"; {b.busy}" if b.busy else ""))
         flags.append(Flag(seg[j], b.commit, kind, text, v.ratio, v.ci_low, v.ci_high, confirmed=bool(confirmed)))
+        start = j
     return flags, comps
 
 

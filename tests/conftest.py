@@ -40,7 +40,7 @@ COLLECTED_SERIALLY = SERIAL_MODULES | PARTLY_SERIAL_MODULES
 """The modules the serial phase collects (:func:`pytest_ignore_collect`): a ``serial`` test anywhere else is refused."""
 
 
-SLOW_MODULES_FIRST = ("test_history", "test_claims_round3_c02", "test_executor_ray", "test_executor", "test_overhead",
+SLOW_MODULES_FIRST = ("test_history", "test_history_browser", "test_claims_round3_c02", "test_executor_ray", "test_executor", "test_overhead",
                       "test_report_browser", "test_concurrent_runs", "test_faults_pg", "test_report", "test_resume",
                       "test_faults", "test_pytest_plugin", "test_vision", "test_ab_versions", "test_cli",
                       "test_timm_models", "test_roofline", "test_vision_zoo",

@@ -28,7 +28,7 @@ fixed = { arch = "sleepy", batch_size = 1, threads = 1 }
 spin = { width = 8 }
 """
 
-PLUGIN = '''"""Test-only plug-in: a {pause_ms} ms wall-clock wait and an MLP of hidden width {hidden} (revision {rev})."""
+PLUGIN = '''"""Test-only plug-in: a {pause_ms} ms sleep and an MLP of hidden width {hidden} (revision {rev})."""
 import time
 from dataclasses import dataclass
 
@@ -56,9 +56,7 @@ class Sleepy(nn.Module):
 
     def forward(self, x):
         if not is_fake(x):
-            end = time.perf_counter() + PAUSE_MS / 1e3
-            while time.perf_counter() < end:
-                pass
+            time.sleep(PAUSE_MS / 1e3)
         return self.down(torch.relu(self.up(x)))
 
 
@@ -111,12 +109,12 @@ def suite_file(where: Path) -> Path:
     return path
 
 
-def run_at(store: Store, repo: Path, sha: str, suite_path: Path, scratch: Path) -> str:
+def run_at(store: Store, repo: Path, sha: str, suite_path: Path, scratch: Path, source: str | None = None) -> str:
     """Measure the suite with commit ``sha``'s plug-in in this process (--quick timing) and store the run at
-    ``sha``; returns the run id."""
+    ``sha``; returns the run id. ``source``: the plug-in's text, when ``repo`` does not hold it."""
     copy = scratch / sha[:12] / "sleepy.py"
     copy.parent.mkdir(parents=True, exist_ok=True)
-    copy.write_text(git(repo, "show", f"{sha}:{PLUGIN_PATH}") + "\n")
+    copy.write_text(source if source is not None else git(repo, "show", f"{sha}:{PLUGIN_PATH}") + "\n")
     use_plugin(copy)
     suite = load_suite(str(suite_path), quick=True)
     env = fingerprint(threads=1)
