@@ -18,7 +18,7 @@ from harness.contract.records import CaseRecord, RunRecord
 from harness.contract.suite import find_suite
 from harness.engine.commits import REPO, git_order
 from harness.store.db import Store
-from reports.history import TIMING_METRIC, History, Series, build_history, history_dict
+from reports.history import TIMING_METRIC, History, Series, build_history, change_points, history_dict
 from reports.history_page import history_context, write_history_page
 
 repo_option = click.option("--repo", "repo", default=None, metavar="DIR", type=click.Path(file_okay=False),
@@ -78,9 +78,10 @@ def summary_lines(s: Series) -> list[str]:
         d = s.drift
         out_.append(f"drift {_pct(d.total)} [{_pct(d.low)}, {_pct(d.high)}] over {d.n} points since {d.since[:8]}"
                     + (" ⚑ flagged" if d.flagged else " (not flagged)"))
-    flagged = [f for f in s.flags]
+    flagged = change_points(s)
     out_.append(f"{len(flagged)} flagged" + (": " + ", ".join(f"{f.commit[:8]} {f.kind}" for f in flagged)
-                                              if flagged else ""))
+                                              if flagged else "")
+                + (f"; {len(s.flags) - len(flagged)} transient" if len(s.flags) > len(flagged) else ""))
     return out_
 
 

@@ -15,7 +15,9 @@ interval covers what moves a case between runs on this machine; with one, by
 :func:`reports.check.timing.timing_verdict` against it. A step is **flagged** when the verdict is ``regressed`` or
 ``improved`` *and* the next usable point confirms it (its verdict against the same runs goes the same way): a step
 inside the noise (``unchanged``/``inconclusive``) is not flagged, nor is a single outlier that the next run takes
-back. A step at the latest point has no next one: it is flagged "unconfirmed". A point measured while other
+back. A step at the latest point has no next one: it is flagged "unconfirmed". A step that a later run within
+:data:`WINDOW` points takes back (``unchanged`` against the runs before the step) is a **transient** (a burst of load,
+or a change reverted soon after): shown with both commits, not counted as a change point. A point measured while other
 processes used the machine carries the gate's busy note; its flag says so. The **smallest flaggable step** of a
 series is the median of its verdicts' minimum detectable effects (``mde``: the floor, or what the interval's width
 lets the test see).
@@ -87,7 +89,8 @@ class Point:
 
 @dataclass(frozen=True)
 class Flag:
-    """A flagged point: ``kind`` slower | faster | metric | status; ``index`` into the series' points."""
+    """A flagged point: ``kind`` slower | faster | metric | status, or transient (a timing step taken back soon
+    after: shown, not a change point); ``index`` into the series' points."""
 
     index: int
     commit: str
@@ -181,10 +184,13 @@ def _segments(points: Sequence[Point]) -> list[list[int]]:
 def _timing_flags(points: Sequence[Point], seg: Sequence[int]) -> tuple[list[Flag], list[tuple[int, TimingVerdict]]]:
     flags, comps = [], []
     start = 0                                   # the window never reaches back across a flagged step
-    for j in range(1, len(seg)):
-        window = [points[i] for i in seg[max(start, j - WINDOW):j]]
+    burst: set[int] = set()                     # positions inside a transient: left out of later windows
+    j = 0
+    while j + 1 < len(seg):
+        j += 1
+        window = [points[seg[k]] for k in range(start, j) if k not in burst][-WINDOW:]
         b = points[seg[j]]
-        v = _compare(window, b)
+        v = _compare(window, b) if window else None
         if v is None:
             continue
         comps.append((seg[j], v))
@@ -199,10 +205,20 @@ def _timing_flags(points: Sequence[Point], seg: Sequence[int]) -> tuple[list[Fla
         kind = "slower" if v.verdict == "regressed" else "faster"
         against = (f"the {len(window)} runs {window[0].short}..{window[-1].short}" if len(window) > 1
                    else window[0].short)
+        back_at = next((k for k in range(j + 2, min(len(seg), j + 1 + WINDOW))
+                        if (vk := _compare(window, points[seg[k]])) is not None and vk.verdict == "unchanged"), None)
+        back = points[seg[back_at]] if back_at is not None else None
         text = (f"{kind} ×{v.ratio:.3f} [{v.ci_low:.3f}, {v.ci_high:.3f}] vs {against}"
-                + ("" if confirmed else " (latest point: unconfirmed)") + (f"; {b.busy}" if b.busy else ""))
-        flags.append(Flag(seg[j], b.commit, kind, text, v.ratio, v.ci_low, v.ci_high, confirmed=bool(confirmed)))
-        start = j
+                + ("" if confirmed else " (latest point: unconfirmed)")
+                + (f"; back to that level at {back.short}: transient" if back else "")
+                + (f"; {b.busy}" if b.busy else ""))
+        flags.append(Flag(seg[j], b.commit, "transient" if back else kind, text, v.ratio, v.ci_low, v.ci_high,
+                          confirmed=bool(confirmed)))
+        if back_at is None:
+            start = j
+        else:
+            burst.update(range(j, back_at))
+            j = back_at - 1                     # judged again from the run that took it back
     return flags, comps
 
 
@@ -221,6 +237,11 @@ def _status_flags(points: Sequence[Point]) -> list[Flag]:
     seen = [i for i, p in enumerate(points) if not p.dirty and p.order is not None]
     return [Flag(j, points[j].commit, "status", f"status {points[i].status} → {points[j].status}")
             for i, j in zip(seen, seen[1:]) if points[i].status != points[j].status]
+
+
+def change_points(s: Series) -> list[Flag]:
+    """The flags that are change points (all but transients)."""
+    return [f for f in s.flags if f.kind != "transient"]
 
 
 def _drift(points: Sequence[Point], seg: Sequence[int], flags: Sequence[Flag]) -> Drift | None:

@@ -11,11 +11,12 @@ from markupsafe import Markup
 from matplotlib.figure import Figure
 
 from harness.contract.errors import BenchInputError
-from reports.history import History, Series
+from reports.history import History, Series, change_points
 from reports.jinja import template_env
 from reports.plots import figure_svg
 
-FLAG_COLOURS = {"slower": "#c0392b", "faster": "#1e8449", "metric": "#d35400", "status": "#7d3c98"}
+FLAG_COLOURS = {"slower": "#c0392b", "faster": "#1e8449", "metric": "#d35400", "status": "#7d3c98",
+                "transient": "#95a5a6"}
 
 
 def _nan(v: float | None) -> float:
@@ -75,7 +76,7 @@ def history_context(h: History) -> dict[str, Any]:
     """What ``_history.html.j2`` renders: per series its name, figure (SVG), flags and summary lines."""
     return {"history": {"suite": h.suite, "quick": h.quick, "metric": h.metric, "notes": list(h.notes),
                         "series": [{"name": s.name, "svg": Markup(figure_svg(series_figure(s))),
-                                    "n_points": len(s.points), "n_flags": len(s.flags), "summary": _summary(s)}
+                                    "n_points": len(s.points), "n_flags": len(change_points(s)), "summary": _summary(s)}
                                    for s in h.series]}}
 
 
