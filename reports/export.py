@@ -177,4 +177,4 @@ def to_github_action_benchmark(run: RunRecord, records: Sequence[CaseRecord]) ->
         extra.append(f"commit {run.commit[:12] or 'unknown'}, run {run.id}")
         entry["extra"] = "; ".join(extra)
         out.append(entry)
-    return json.dumps(out, indent=2) + "\n"
+    return json.dumps(out, indent=2, ensure_ascii=False) + "\n"

@@ -42,9 +42,9 @@ def commits_between(good: Commit, bad: Commit, repo: Path = REPO) -> list[Commit
     """The commits after ``good`` up to ``bad`` (included), oldest first, along the first-parent line that joins
     them. ``good`` must be an ancestor of ``bad`` (else :class:`BenchInputError`)."""
     if good.sha == bad.sha:
-        raise BenchInputError(f"--good and --bad are the same commit {good.short}", where="--good")
+        raise BenchInputError(f"{good.short} is --bad too: nothing between them", where="--good")
     if _git(repo, "merge-base", "--is-ancestor", good.sha, bad.sha).returncode != 0:
-        raise BenchInputError(f"--good {good.short} is not an ancestor of --bad {bad.short}", where="--good")
+        raise BenchInputError(f"{good.short} is not an ancestor of --bad {bad.short}", where="--good")
     got = _git(repo, "log", "--first-parent", "--ancestry-path", "--reverse", "--format=%H%x00%s",
                f"{good.sha}..{bad.sha}")
     out = [Commit(*line.split("\0", 1)) for line in got.stdout.splitlines() if "\0" in line]
