@@ -117,6 +117,9 @@ def env_value(key: str, v: Any) -> str:
         return f"{v / GiB:,.1f} GiB"
     if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
         return "; ".join(_named(d) for d in v)
+    if key == "cpu_id" and isinstance(v, dict):      # vendor family/model/stepping, then the vector ISA
+        ident = " ".join(f"{k} {v[k]}" for k in ("family", "model", "stepping", "implementer", "part") if k in v)
+        return f"{v.get('vendor', '')} {ident}; {' '.join(v.get('isa') or []) or 'no vector ISA flags'}".strip()
     if isinstance(v, (list, dict)):
         return json.dumps(v, default=str) if v else "none"
     return str(v)
