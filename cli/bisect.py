@@ -57,11 +57,14 @@ def _row_text(row: CheckRow) -> str:
     return f"×{t.ratio:.3f} [{t.ci_low:.3f}, {t.ci_high:.3f}] {t.verdict} ({mde}, {t.processes[0]}+{t.processes[1]} processes)"
 
 
-def probe_side(report: CheckReport) -> tuple[str, str, str]:
+def probe_side(report: CheckReport, exact_only: bool = False) -> tuple[str, str, str]:
     """(side, detail, why) of a probe from its check: bad when a case regressed, changed or failed; inconclusive
-    when one could not tell (and none is bad); else good."""
+    when one could not tell (and none is bad); else good. ``exact_only``: the search is for an exact metric's
+    change (the bad ref differed in nothing else): bad when one changed or a case failed, else good."""
     rows = report.rows
     detail = "; ".join(f"{r.name}: {_row_text(r)}" for r in rows)
+    if exact_only:
+        return ("bad" if any(r.changed or r.verdict == "failed" for r in rows) else "good"), detail, ""
     if any(r.verdict in ("regressed", "changed", "failed") for r in rows):
         return "bad", detail, ""
     unsure = [r for r in rows if r.verdict in ("inconclusive", "missing", "new")]
@@ -111,6 +114,7 @@ class _Probing:
     tree: Path
     repo: Path
     processes: int
+    asked: dict[str, bool] = dataclasses.field(default_factory=dict)     # "exact": bisecting an exact metric
 
     def __call__(self, commit: Commit) -> Probe:
         label = f"{self.suite.name}@"
@@ -123,12 +127,19 @@ class _Probing:
                                    on_pair=lambda b, c: (sides[0].add(b), sides[1].add(c)))
         report = _check(sides[0].record(), [p[0] for p in pairs], sides[1].record(), [p[1] for p in pairs],
                         f"{self.good.short} (measured now)")
-        todo = [c for c in self.cases if c.key in set(report.inconclusive_keys())]
+        exact = self.asked.get("exact", False)
+        todo = [c for c in self.cases if c.key in set(report.inconclusive_keys())] if not exact else []
         if todo:
             err.print(f"  {len(todo)} inconclusive case(s): measuring both versions of them once more", highlight=False)
             report = _remeasured(report, measure_commit(todo, self.opts, self.tree, commit, self.repo, seed=1,
                                                         processes=self.processes))
-        side, detail, why = probe_side(report)
+        side, detail, why = probe_side(report, exact)
+        if "exact" not in self.asked:           # the first probe (the bad ref) sets the question
+            slower = any(r.timing is not None and r.timing.verdict == "regressed" for r in report.rows)
+            self.asked["exact"] = side == "bad" and not slower and any(r.changed for r in report.rows)
+            if self.asked["exact"]:
+                err.print("the bad ref differs from the good one in exact metrics, not in timing: bisecting on "
+                          "those metrics", highlight=False)
         return Probe(commit, side, detail, why)  # type: ignore[arg-type]
 
 

@@ -93,6 +93,20 @@ def test_bisect_names_the_commit_in_five_steps(stepped):
     assert last.startswith(f"first bad commit: {shas[STEP_AT - 1]} 'commit {STEP_AT}:"), last
 
 
+def test_bisect_names_the_commit_that_changed_macs(tmp_path):
+    """A MAC change is exact: the bisection finds it whatever the machine's load (timing does not decide)."""
+    repo = tmp_path / "repo"
+    shas = make_repo(repo, [(0.2, 16), (0.2, 16), (0.2, 64), (0.2, 64)])
+    use_plugin(repo / PLUGIN_PATH)
+    res = invoke("bisect", str(suite_file(tmp_path)), "--good", shas[0], "--bad", shas[-1], "--quick", "--repo",
+                 str(repo), "--plugin", str(repo / PLUGIN_PATH), "--processes", "2",
+                 "--store", f"sqlite:///{tmp_path / 's.sqlite'}")
+    assert res.exit_code == 0, res.output
+    assert len([ln for ln in res.stdout.splitlines() if ln.startswith("step ")]) <= 3
+    last = res.stdout.strip().splitlines()[-1]
+    assert last.startswith(f"first bad commit: {shas[2]} 'commit 3:") and "macs" in last, last
+
+
 @pytest.fixture(scope="module")
 def small_repo(tmp_path_factory) -> dict:
     d = tmp_path_factory.mktemp("small")
