@@ -8,11 +8,10 @@ cuts a series into **segments**: points of two machines or two software stacks a
 marked with the keys that changed.
 
 **Change points (timing).** Within a segment, each usable point is judged by the gate's timing verdict against the
-runs before it (up to :data:`WINDOW`, none before the last flagged step): with two runs or more, as a check against a
-baseline measured on that many *occasions* (:func:`reports.check.timing.occasion_timing_verdict`: each run's
-per-process medians, the spread between the runs in the standard error, ``K - 1`` degrees of freedom), so the
-interval covers what moves a case between runs on this machine; with one, by
-:func:`reports.check.timing.timing_verdict` against it. A step is **flagged** when the verdict is ``regressed`` or
+runs before it (two to :data:`WINDOW`, none before the last flagged step) as a check against a baseline measured on
+that many *occasions* (:func:`reports.check.timing.occasion_timing_verdict`: each run's per-process medians, the
+spread between the runs in the standard error, ``K - 1`` degrees of freedom), so the interval covers what moves a
+case between runs on this machine; a point with fewer than two runs before it is not judged. A step is **flagged** when the verdict is ``regressed`` or
 ``improved`` *and* the next usable point confirms it (its verdict against the same runs goes the same way): a step
 inside the noise (``unchanged``/``inconclusive``) is not flagged, nor is a single outlier that the next run takes
 back. A step at the latest point has no next one: it is flagged "unconfirmed". A step that a later run within
@@ -45,8 +44,7 @@ from harness.analysis.stats import fit_loglog
 from harness.contract.records import LATER_HARD_KEYS, CaseRecord, RunRecord, hard_differences
 from reports.check.baseline import process_medians_ms
 from reports.check.metrics import DETERMINISTIC
-from reports.check.timing import (MIN_EFFECT, TimingVerdict, busy_note, n_processes, occasion_timing_verdict,
-                                  timing_verdict)
+from reports.check.timing import MIN_EFFECT, TimingVerdict, busy_note, n_processes, occasion_timing_verdict
 from reports.labels import case_labels
 
 TIMING_METRIC = "median_ms"
@@ -155,15 +153,10 @@ def _point(run: RunRecord, r: CaseRecord, order: tuple[int, str] | None, metric:
 
 
 def _compare(window: Sequence[Point], b: Point) -> TimingVerdict | None:
-    """``b`` against the runs before it: over those runs as occasions (two or more), else against the one."""
-    if not b.process_ms or not all(p.process_ms for p in window):
+    """``b`` against the runs before it (two or more), taken as the occasions of a baseline."""
+    if len(window) < 2 or not b.process_ms or not all(p.process_ms for p in window):
         return None
-    if len(window) >= 2:
-        return occasion_timing_verdict([p.process_ms for p in window], b.process_ms, cand_processes=len(b.process_ms))
-    a = window[-1]
-    ra = a.rounds if sum(a.rounds) == len(a.samples_s) else ()
-    rb = b.rounds if sum(b.rounds) == len(b.samples_s) else ()
-    return timing_verdict(a.samples_s, ra, b.samples_s, rb, base_processes=a.processes, cand_processes=b.processes)
+    return occasion_timing_verdict([p.process_ms for p in window], b.process_ms, cand_processes=len(b.process_ms))
 
 
 def _fmt(v: float) -> str:
@@ -190,7 +183,7 @@ def _timing_flags(points: Sequence[Point], seg: Sequence[int]) -> tuple[list[Fla
         j += 1
         window = [points[seg[k]] for k in range(start, j) if k not in burst][-WINDOW:]
         b = points[seg[j]]
-        v = _compare(window, b) if window else None
+        v = _compare(window, b) if len(window) >= 2 else None      # a step needs two runs before it
         if v is None:
             continue
         comps.append((seg[j], v))
