@@ -20,6 +20,8 @@ COMMANDS: dict[str, str] = {
     "export": "cli.runs:export_cmd",
     "baseline": "cli.check:baseline_cmd",
     "check": "cli.check:check_cmd",
+    "history": "cli.history:history_cmd",
+    "bisect": "cli.bisect:bisect_cmd",
     "claims": "cli.claims:claims",
     "flops": "cli.flops:flops",
     "merge": "cli.runs:merge_cmd",
@@ -35,8 +37,8 @@ SHORT_HELP: dict[str, str] = {
     "runs": "Stored runs, newest first.",
     "show": "One stored run as a table (RUN: an id, an id prefix, or `latest`).",
     "export": "Export one run: JSON (one object per case), CSV (the same, flattened), Parquet (the CSV's table), tidy "
-              "CSV (one row per case × metric) or pytest-benchmark's JSON (for `pytest-benchmark compare` and "
-              "github-action-benchmark's `tool: pytest`).",
+              "CSV (one row per case × metric), pytest-benchmark's JSON (for `pytest-benchmark compare` and "
+              "github-action-benchmark's `tool: pytest`) or github-action-benchmark's `customSmallerIsBetter` JSON.",
     "compare": "Compare RUN_B against RUN_A case by case: ratio of medians B/A, its 95% interval (over processes "
                "where both were measured in several), verdict (same only when the whole interval lies within 5%).",
     "merge": "Add the runs and cases of other stores (e.g. the local file a run kept while its store was down) to "
@@ -52,6 +54,12 @@ SHORT_HELP: dict[str, str] = {
               "that measured them and their provenance.",
     "flops": "MACs of ARCH on one input by three counters side by side: ours (harness.instruments.flops), torch's "
              "stock FlopCounterMode and fvcore's FlopCountAnalysis; totals, or per module with --by-module.",
+    "history": "A suite's cases over the commits of its stored runs, in git order: each point's median with its "
+               "interval, exact metrics as steps, status changes; change points flagged when beyond the noise, the "
+               "latest value's distance from the best, and slow drift.",
+    "bisect": "The first commit between --good and --bad at which a case got slower (or an exact metric changed): "
+              "each probed commit measured side by side with --good, as `bench check --against` measures; about "
+              "log2(commits) + 1 steps.",
 }
 """Command name → the first sentence of its help, which ``bench --help`` shortens as click would (tests/test_cli.py
 checks it gives each command's own short help): listing the commands imports none of them (~4 CPU-s: torch,

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from cli.history import report_history
 from harness.contract.errors import BenchInputError
 from harness.store.db import Store
 from reports.claims_view import check_document
@@ -49,7 +50,7 @@ def report(run_refs: tuple[str, ...], output: str, store_url: str | None, claims
         seen.add(run.id)
         runs.append((run, store.records(run.id)))
     try:
-        write_report(path, runs, claims=claims_doc)
+        write_report(path, runs, claims=claims_doc, history=report_history(store, runs) if store else None)
     except BenchInputError as exc:
         raise BenchInputError(str(exc), where="--output") from None
     n_cases = sum(len(records) for _, records in runs)

@@ -262,18 +262,20 @@ def show_cmd(run_ref: str, store_url: str | None) -> None:
 
 @click.command("export")
 @click.argument("run_ref", metavar="RUN")
-@click.option("--format", "fmt", type=click.Choice(["csv", "json", "parquet", "tidy-csv", "pytest-benchmark"]),
+@click.option("--format", "fmt", type=click.Choice(["csv", "json", "parquet", "tidy-csv", "pytest-benchmark",
+                                                  "github-action-benchmark"]),
               required=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
               help="File to write (default: stdout; required for parquet).")
 @store_option
 def export_cmd(run_ref: str, fmt: str, output: str | None, store_url: str | None) -> None:
     """Export one run: JSON (one object per case), CSV (the same, flattened), Parquet (the CSV's
-    table), tidy CSV (one row per case × metric) or pytest-benchmark's JSON (for `pytest-benchmark compare`
-    and github-action-benchmark's `tool: pytest`)."""
+    table), tidy CSV (one row per case × metric), pytest-benchmark's JSON (for `pytest-benchmark compare`
+    and github-action-benchmark's `tool: pytest`) or github-action-benchmark's `customSmallerIsBetter` JSON."""
     if fmt == "parquet" and not output:
         raise click.UsageError("--format parquet needs -o FILE (Parquet is binary)")
-    from reports.export import to_csv, to_json, to_parquet, to_pytest_benchmark, to_tidy_csv   # pandas: here only
+    from reports.export import (to_csv, to_github_action_benchmark, to_json, to_parquet,   # pandas: here only
+                                to_pytest_benchmark, to_tidy_csv)
 
     store = Store(store_url, create=False)
     run = store.get_run(run_ref)
@@ -283,7 +285,8 @@ def export_cmd(run_ref: str, fmt: str, output: str | None, store_url: str | None
         err.print(f"wrote {len(records)} cases to {output}")
         return
     text = {"json": to_json, "csv": to_csv, "tidy-csv": to_tidy_csv,
-            "pytest-benchmark": to_pytest_benchmark}[fmt](run, records)
+            "pytest-benchmark": to_pytest_benchmark,
+            "github-action-benchmark": to_github_action_benchmark}[fmt](run, records)
     if output:
         try:
             Path(output).write_text(text)

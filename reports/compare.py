@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 
-from harness.contract.records import CaseRecord, RunRecord
+from harness.contract.records import CaseRecord, RunRecord, hard_differences
 from harness.analysis.comparison import Comparison as TimeComparison
 from harness.analysis.comparison import Timing, compare_records, compare_timings
 from reports.frames import sweep_axis
@@ -83,9 +83,9 @@ Comparison = RunComparison
 
 
 def env_differences(env_a: Mapping[str, Any], env_b: Mapping[str, Any]) -> list[str]:
-    """The ``hard`` fingerprint keys whose values differ between two runs (sorted)."""
-    ha, hb = (env_a or {}).get("hard", {}), (env_b or {}).get("hard", {})
-    return sorted(k for k in ha.keys() | hb.keys() if ha.get(k) != hb.get(k))
+    """The ``hard`` fingerprint keys whose values differ between two runs (sorted; a key recorded only since a
+    later version and missing on one side is not counted: :func:`harness.contract.records.hard_differences`)."""
+    return hard_differences((env_a or {}).get("hard") or {}, (env_b or {}).get("hard") or {})
 
 
 def pair_records(records_a: list[CaseRecord], records_b: list[CaseRecord], run_a: RunRecord, run_b: RunRecord

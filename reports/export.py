@@ -1,6 +1,7 @@
 """Exports of one run: JSON (a list, one object per case), CSV (the same, flattened), Parquet (the wide
-frame), tidy CSV (one row per case × metric) and pytest-benchmark's JSON (one benchmark per timed case, for
-``pytest-benchmark compare`` and github-action-benchmark's ``tool: pytest``).
+frame), tidy CSV (one row per case × metric), pytest-benchmark's JSON (one benchmark per timed case, for
+``pytest-benchmark compare`` and github-action-benchmark's ``tool: pytest``) and github-action-benchmark's own
+``customSmallerIsBetter`` JSON.
 
 The tabular formats carry ``achieved_flops_per_s`` and, for runs that stored a measured peak,
 ``peak_share``; both are derived from stored data at export time.
@@ -152,3 +153,28 @@ def to_pytest_benchmark(run: RunRecord, records: Sequence[CaseRecord]) -> str:
     doc = {"machine_info": _machine_info(run), "commit_info": _commit_info(run), "benchmarks": benchmarks,
            "datetime": run.finished_at or run.started_at, "version": PYTEST_BENCHMARK_VERSION}
     return json.dumps(doc, indent=4, default=str) + "\n"
+
+
+# -- github-action-benchmark -----------------------------------------------------------------------------
+def to_github_action_benchmark(run: RunRecord, records: Sequence[CaseRecord]) -> str:
+    """The run as github-action-benchmark's ``customSmallerIsBetter`` input: a JSON list, one entry per ok case
+    with a median: ``name`` (``suite · line[param]``, as :func:`to_pytest_benchmark` names it), ``unit`` ``ms``,
+    ``value`` the median per call, ``range`` ``± h`` with ``h`` the larger half of its 95 % interval, and ``extra``
+    (the interval itself, samples, processes, MACs and parameters, commit and run id), one line of text."""
+    out = []
+    for r, params in zip(records, case_params(records)):
+        median, lo, hi = r.metric("median_ms"), r.metric("ci_low_ms"), r.metric("ci_high_ms")
+        if not r.ok or median is None:
+            continue
+        param = "-".join(str(v) for v in params.values())
+        entry: dict[str, Any] = {"name": f"{run.suite} · {r.line}[{param}]", "unit": "ms", "value": median}
+        extra = []
+        if lo is not None and hi is not None:
+            entry["range"] = f"± {max(median - lo, hi - median):.4g}"
+            extra.append(f"95% interval [{lo:.4g}, {hi:.4g}] ms")
+        extra.append(f"{len(r.samples_s)} samples, {max(1, int(r.metric('n_processes') or 1))} process(es)")
+        extra += [f"{k} {r.metric(k):.6g}" for k in ("macs", "params") if r.metric(k) is not None]
+        extra.append(f"commit {run.commit[:12] or 'unknown'}, run {run.id}")
+        entry["extra"] = "; ".join(extra)
+        out.append(entry)
+    return json.dumps(out, indent=2, ensure_ascii=False) + "\n"

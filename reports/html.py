@@ -38,9 +38,11 @@ TEMPLATE = "report.html.j2"
 Run = tuple[RunRecord, Sequence[CaseRecord]]
 
 
-def render_report(runs: Sequence[Run], claims: Mapping[str, Any] | None = None) -> str:
+def render_report(runs: Sequence[Run], claims: Mapping[str, Any] | None = None,
+                  history: Mapping[str, Any] | None = None) -> str:
     """The self-contained HTML page of ``runs`` (each a stored run and its case records), grouped by suite
-    in the order given; with ``claims`` (a checked ``bench claims`` JSON document), the claims section."""
+    in the order given; with ``claims`` (a checked ``bench claims`` JSON document), the claims section; with
+    ``history`` (:func:`reports.history_page.history_context`'s ``history``), the history section."""
     groups: dict[str, list[tuple[int, RunRecord, Sequence[CaseRecord]]]] = {}
     for i, (run, records) in enumerate(runs):
         groups.setdefault(run.suite, []).append((i, run, records))
@@ -49,16 +51,17 @@ def render_report(runs: Sequence[Run], claims: Mapping[str, Any] | None = None) 
     section = claims_section(dict(claims), heading=3) if claims else {"claims": None}
     return template_env().get_template(TEMPLATE).render(
         title=title, groups=contexts, n_runs=len(runs),
-        generated=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), **section)
+        generated=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), history=history, **section)
 
 
-def write_report(path: str | Path, runs: Sequence[Run], claims: Mapping[str, Any] | None = None) -> None:
+def write_report(path: str | Path, runs: Sequence[Run], claims: Mapping[str, Any] | None = None,
+                 history: Mapping[str, Any] | None = None) -> None:
     """Render the report of ``runs`` into ``path`` (its folder is made if missing); BenchInputError for a
     directory or a path that cannot be written."""
     path = Path(path)
     if path.is_dir():
         raise BenchInputError(f"{path} is a directory, not an HTML file to write")
-    html = render_report(runs, claims)
+    html = render_report(runs, claims, history)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(html, encoding="utf-8")

@@ -8,7 +8,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harness.contract.records import LABEL_KEYS, CaseRecord, RunRecord
+from harness.contract.records import LABEL_KEYS, LATER_HARD_KEYS, CaseRecord, RunRecord
 from harness.analysis.fits import ScalingFit
 from harness.analysis.stats import summarize
 from reports.findings import FIT_METRICS, Findings
@@ -118,6 +118,9 @@ def env_value(key: str, v: Any) -> str:
         return f"{v / GiB:,.1f} GiB"
     if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
         return "; ".join(_named(d) for d in v)
+    if key == "cpu_id" and isinstance(v, dict):      # vendor family/model/stepping, then the vector ISA
+        ident = " ".join(f"{k} {v[k]}" for k in ("family", "model", "stepping", "implementer", "part") if k in v)
+        return f"{v.get('vendor', '')} {ident}; {' '.join(v.get('isa') or []) or 'no vector ISA flags'}".strip()
     if isinstance(v, (list, dict)):
         return json.dumps(v, default=str) if v else "none"
     return str(v)
@@ -149,7 +152,7 @@ def hard_differences(runs: Sequence[RunRecord]) -> list[str]:
     """The hard fingerprint keys on which the runs do not all agree (sorted)."""
     keys = {k for run in runs for k in run.hard_env}
     return sorted(k for k in keys if len({json.dumps(run.hard_env.get(k), sort_keys=True, default=str)
-                                          for run in runs}) > 1)
+                                          for run in runs if k in run.hard_env or k not in LATER_HARD_KEYS}) > 1)
 
 
 def run_device(run: RunRecord, records: Sequence[CaseRecord]) -> str:

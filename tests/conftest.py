@@ -26,7 +26,7 @@ SERIAL_MODULES = frozenset({"test_load", "test_timing", "test_interleave", "test
 """Modules whose tests judge timings, a calibrated peak or the machine's load: `make test` runs them alone, after the
 parallel tests (marker ``serial``), so another test running beside them cannot pass for a busy machine."""
 
-PARTLY_SERIAL_MODULES = frozenset({"test_claims_blocks", "test_ci_gate", "test_replicate_adaptive"})
+PARTLY_SERIAL_MODULES = frozenset({"test_claims_blocks", "test_ci_gate", "test_replicate_adaptive", "test_history"})
 """Modules where only some tests judge a timing or the process's memory: those carry ``@pytest.mark.serial``
 themselves and run in the serial phase; the rest (counts, synthetic data, structure) run in the parallel phase.
 The serial phase collects these modules too (:func:`pytest_ignore_collect`); a test marked ``serial`` in a module in
@@ -40,8 +40,8 @@ COLLECTED_SERIALLY = SERIAL_MODULES | PARTLY_SERIAL_MODULES
 """The modules the serial phase collects (:func:`pytest_ignore_collect`): a ``serial`` test anywhere else is refused."""
 
 
-SLOW_MODULES_FIRST = ("test_claims_figures", "test_hf_models", "test_claims_mnist1d", "test_executor_ray",
-                      "test_executor", "test_overhead",
+SLOW_MODULES_FIRST = ("test_history", "test_claims_figures", "test_hf_models", "test_claims_mnist1d", "test_history_browser",
+                      "test_executor_ray", "test_executor", "test_overhead",
                       "test_report_browser", "test_concurrent_runs", "test_faults_pg", "test_report", "test_resume",
                       "test_faults", "test_pytest_plugin", "test_vision", "test_ab_versions", "test_cli",
                       "test_timm_models", "test_roofline", "test_vision_zoo",

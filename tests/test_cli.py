@@ -331,7 +331,9 @@ def test_every_command_is_listed_for_lazy_loading_under_its_own_name() -> None:
     import importlib
 
     from cli.app import COMMANDS, SHORT_HELP, main
+    from cli.bisect import COMMANDS as BISECT
     from cli.check import COMMANDS as CHECK
+    from cli.history import COMMANDS as HISTORY
     from cli.runs import COMMANDS as RUNS
     assert set(SHORT_HELP) == set(COMMANDS)
     for name, ref in COMMANDS.items():
@@ -341,7 +343,7 @@ def test_every_command_is_listed_for_lazy_loading_under_its_own_name() -> None:
         for limit in (20, 45, 70, 120, 10_000):   # `bench --help` lists it as click would have from its own help
             assert click.Command(name, help=SHORT_HELP[name]).get_short_help_str(limit) == \
                 command.get_short_help_str(limit), (name, limit)
-    defined = {c.name for c in (*RUNS, *CHECK)} | {"report", "claims", "flops"}
+    defined = {c.name for c in (*RUNS, *CHECK, *HISTORY, *BISECT)} | {"report", "claims", "flops"}
     assert set(COMMANDS) == defined
     assert invoke("--help").exit_code == 0 and all(f" {name} " in invoke("--help").output for name in COMMANDS)
 

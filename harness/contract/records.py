@@ -103,6 +103,18 @@ class SuiteSpec:
                    plot=dict(d.get("plot", {})))
 
 
+LATER_HARD_KEYS = ("cpu_id",)
+"""Hard fingerprint keys added after runs were first stored: a run recorded without one is not known to differ
+there (it is compared on the keys it has; a history marks its CPU identity as unknown)."""
+
+
+def hard_differences(hard_a: Mapping[str, Any], hard_b: Mapping[str, Any]) -> list[str]:
+    """The hard fingerprint keys whose values differ between two environments (sorted); a key of
+    :data:`LATER_HARD_KEYS` that one side lacks is not counted."""
+    return sorted(k for k in hard_a.keys() | hard_b.keys() if hard_a.get(k) != hard_b.get(k)
+                  and not (k in LATER_HARD_KEYS and (k not in hard_a or k not in hard_b)))
+
+
 @dataclass(frozen=True)
 class RunRecord:
     """One run of a suite: where and how it was measured (``env``: hard keys decide comparability, soft

@@ -50,24 +50,24 @@ def record_from(d: dict[str, Any]) -> CaseRecord:
 
 
 @contextmanager
-def worktree(ref: str) -> Iterator[Path]:
-    """A detached git worktree of ``ref`` of this repository, removed afterwards."""
-    def git(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+def worktree(ref: str, repo: Path = REPO, where: str = "--against") -> Iterator[Path]:
+    """A detached git worktree of ``ref`` of ``repo`` (this repository by default), removed afterwards."""
+    def git(*args: str, cwd: Path = repo) -> subprocess.CompletedProcess:
         return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
     if git("rev-parse", "--git-dir").returncode != 0:
-        raise BenchInputError(f"{REPO} is not a git checkout: --against needs one", where="--against")
+        raise BenchInputError(f"{repo} is not a git checkout: {where} needs one", where=where)
     if git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}").returncode != 0:
-        raise BenchInputError(f"no commit {ref!r} in this repository", where="--against")
+        raise BenchInputError(f"no commit {ref!r} in this repository", where=where)
     tmp = Path(tempfile.mkdtemp(prefix="bench-against-"))
     tree = tmp / "ref"
     added = git("worktree", "add", "--detach", str(tree), ref)
     if added.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise BenchInputError(f"cannot check out {ref}: {added.stderr.strip().splitlines()[-1]}", where="--against")
+        raise BenchInputError(f"cannot check out {ref}: {added.stderr.strip().splitlines()[-1]}", where=where)
     try:
         if worker_module(tree) is None:
             raise BenchInputError(f"{ref} predates `bench check --against` (no harness/engine/ab_worker.py): compare "
-                                  "with a baseline file instead", where="--against")
+                                  "with a baseline file instead", where=where)
         yield tree
     finally:
         git("worktree", "remove", "--force", str(tree))
@@ -148,15 +148,30 @@ gate's test is over (paired) processes (:mod:`harness.analysis.comparison`), not
 check`` adds batches of them where a case cannot yet see the slowdown asked for (:mod:`reports.check.adaptive`)."""
 
 
+def tree_plugins(plugins: Sequence[str], repo: Path, tree: Path) -> tuple[str, ...]:
+    """The plug-in files as checkout ``tree`` of ``repo`` has them: a file inside ``repo`` is taken from the same
+    place in ``tree`` (that commit's version of the plug-in), any other file as it is."""
+    out = []
+    for p in plugins:
+        path = Path(p).resolve()
+        out.append(str(tree / path.relative_to(repo.resolve())) if path.is_relative_to(repo.resolve()) else str(path))
+    return tuple(out)
+
+
 def interleave_versions(cases: Sequence[Case], opts: RunOptions, ref_tree: Path, here: Path = REPO, seed: int = 0,
                         on_pair: Callable[[CaseRecord, CaseRecord], None] | None = None,
-                        processes: int = PROCESSES) -> list[tuple[CaseRecord, CaseRecord]]:
+                        processes: int = PROCESSES, plugins_of: Path | None = None
+                        ) -> list[tuple[CaseRecord, CaseRecord]]:
     """(baseline = REF's record, candidate = this checkout's record) per case. Each version runs in
     ``processes`` workers; per case every worker prepares it, then ``opts.timing.rounds`` rounds, each in a
     fresh random order of the two versions, round r timed by worker r mod ``processes`` of each (the rounds
     rounded up to a multiple of ``processes``). A version's record holds worker 0's rounds, then worker 1's, ...
-    (:func:`harness.engine.replicate.merge_processes`): its interval and the gate's test are over processes."""
-    sides = {name: [Side(name, tree, opts.plugins) for _ in range(processes)]
+    (:func:`harness.engine.replicate.merge_processes`): its interval and the gate's test are over processes.
+    ``plugins_of``: the repository both trees are checkouts of; each side then loads the plug-in files inside it
+    from its own tree (:func:`tree_plugins`); None: both load ``opts.plugins`` as they are."""
+    def plugins(tree: Path) -> tuple[str, ...]:
+        return tree_plugins(opts.plugins, plugins_of, tree) if plugins_of is not None else tuple(opts.plugins)
+    sides = {name: [Side(name, tree, plugins(tree)) for _ in range(processes)]
              for name, tree in (("base", ref_tree), ("cand", here))}
     rng = random.Random(seed)
     n_rounds = processes * math.ceil(opts.timing.rounds / processes)     # as many rounds in every worker

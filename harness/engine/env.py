@@ -26,6 +26,38 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
+             "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8", "asimd", "sve", "sve2")
+"""The vector-ISA flags of /proc/cpuinfo that the fingerprint keeps (x86 AVX2, AVX-512, AMX; Arm NEON, SVE): the
+kernels torch picks depend on them, and virtual machines name very different CPUs alike ("Intel Xeon Processor")."""
+
+
+def cpu_identity(cpuinfo: str | None = None) -> dict[str, Any]:
+    """The CPU as /proc/cpuinfo tells it apart beyond its model name: ``vendor``, ``family``, ``model``, ``stepping``
+    (x86; ``implementer``/``part`` on Arm) and ``isa``, the sorted :data:`ISA_FLAGS` it has. ``{}`` where there is
+    no /proc/cpuinfo. ``cpuinfo``: the file's text (read when None)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return {}
+    first: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        if not line.strip():
+            if first:
+                break                       # the first processor's block is enough
+            continue
+        key, _, value = line.partition(":")
+        first.setdefault(key.strip(), value.strip())
+    names = {"vendor_id": "vendor", "cpu family": "family", "model": "model", "stepping": "stepping",
+             "CPU implementer": "implementer", "CPU part": "part"}
+    out: dict[str, Any] = {v: first[k] for k, v in names.items() if k in first}
+    flags = set((first.get("flags") or first.get("Features") or "").split())
+    if out or flags:
+        out["isa"] = sorted(flags & set(ISA_FLAGS))
+    return out
+
+
 def usable_cores() -> int:
     """Cores this process may run on (affinity-aware), the default thread count."""
     try:
@@ -63,6 +95,7 @@ def fingerprint(threads: int | None = None) -> dict[str, Any]:
         mem = None
     hard = {
         "cpu": cpu_model(),
+        "cpu_id": cpu_identity(),
         "cores": usable_cores(),
         "memory_bytes": mem,
         "gpus": gpu_info(),
