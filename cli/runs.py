@@ -23,6 +23,7 @@ from harness.contract.records import CaseRecord, RunRecord
 from harness.engine.run import Run, run_options
 from harness.store.db import Store
 from harness.contract.suite import case_from_record, list_suites, load_suite, parse_set
+from harness.analysis.comparison import FLOOR
 from reports.compare import compare_runs, env_differences, interleaved_rows, pair_records
 from reports.findings import run_findings
 from reports.labels import case_labels, case_params
@@ -301,8 +302,9 @@ def export_cmd(run_ref: str, fmt: str, output: str | None, store_url: str | None
 @plugin_option
 def compare_cmd(run_a: str, run_b: str, interleave: bool, quick: bool, store_url: str | None,
                 plugins: tuple[str, ...]) -> None:
-    """Compare RUN_B against RUN_A case by case: ratio of medians B/A, 95% bootstrap CI, verdict. Where both runs
-    hold the same lines and these are different models, each run's lines against its reference come first. With
+    """Compare RUN_B against RUN_A case by case: ratio of medians B/A, its 95% interval (over processes where both
+    were measured in several), verdict (same only when the whole interval lies within 5%). Where both runs hold the
+    same lines and these are different models, each run's lines against its reference come first. With
     --interleave (same code only: two settings or two architectures), each pair of cases is measured again side
     by side and the ratio's interval spans the rounds, so the machine's drift is in it."""
     store = Store(store_url, create=False)
@@ -328,7 +330,8 @@ def compare_cmd(run_a: str, run_b: str, interleave: bool, quick: bool, store_url
     n = result.counts
     extra = [f"{k} {v}" for k, v in (("only in A", result.only_a), ("only in B", result.only_b),
                                      ("not ok in one run", result.not_ok)) if v]
-    out.print(f"{len(result.rows)} cases compared: {n['faster']} faster, {n['slower']} slower, {n['same']} same; "
+    out.print(f"{len(result.rows)} cases compared: {n['faster']} faster, {n['slower']} slower, {n['same']} same "
+              f"within {100 * FLOOR:.0f} %, {n['inconclusive']} inconclusive; "
               f"geometric-mean ratio B/A {geo}" + (f" ({'; '.join(extra)})" if extra else ""))
 
 
@@ -353,8 +356,9 @@ def _compare_interleaved(store: Store, a: RunRecord, b: RunRecord, quick: bool, 
     recs = run.records()
     rows = interleaved_rows(pairs, recs)
     out.print(interleaved_table(rows, a.id, b.id))
-    n = {v: sum(r["verdict"] == v for r in rows) for v in ("faster", "slower", "same", "failed")}
-    out.print(f"{len(rows)} pairs measured side by side: {n['faster']} faster, {n['slower']} slower, {n['same']} same"
+    n = {v: sum(r["verdict"] == v for r in rows) for v in ("faster", "slower", "same", "inconclusive", "failed")}
+    out.print(f"{len(rows)} pairs measured side by side: {n['faster']} faster, {n['slower']} slower, {n['same']} same "
+              f"within {100 * FLOOR:.0f} %, {n['inconclusive']} inconclusive"
               + (f", {n['failed']} failed" if n["failed"] else ""))
 
 

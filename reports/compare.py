@@ -1,8 +1,10 @@
-"""Compare two stored runs case by case: ratio of medians B/A with a bootstrap CI and a verdict.
+"""Compare two stored runs case by case: B over A with its 95 % interval, the level it covers and a verdict.
 
-Pure: stored records in, plain dicts out (``harness.analysis.stats.compare`` does the statistics on the raw
-``samples_s``). Cases are aligned on ``case_key``; only cases ``ok`` with timing samples in both
-runs are compared, the rest are counted.
+Pure: stored records in, plain dicts out (:func:`harness.analysis.comparison.compare_records` does the statistics,
+the one comparison the gate, the run headline and the claims use). Cases are aligned on ``case_key``; only cases
+``ok`` with timing samples in both runs are compared, the rest are counted. The verdict says it from B's side:
+``faster`` (improved), ``slower`` (regressed), ``same`` (unchanged: the whole interval within the floor, 5 %) or
+``inconclusive`` (neither shown: ``mde`` is the smallest slowdown it could have seen).
 """
 from __future__ import annotations
 
@@ -13,19 +15,26 @@ from typing import TYPE_CHECKING, Any
 
 
 from harness.contract.records import CaseRecord, RunRecord
-from harness.analysis.stats import SAME_REL_TOL, paired_ratio
-from harness.analysis.stats import compare as compare_samples
+from harness.analysis.comparison import Comparison as TimeComparison
+from harness.analysis.comparison import Timing, compare_records, compare_timings
 from reports.frames import sweep_axis
 from reports.labels import param_labels
 
 if TYPE_CHECKING:
     import pandas as pd    # imported where a frame is built: `bench run` need not load pandas
 
-VERDICTS = ("faster", "slower", "same")
+VERDICTS = ("faster", "slower", "same", "inconclusive")
+WORDS = {"improved": "faster", "regressed": "slower", "unchanged": "same", "inconclusive": "inconclusive"}
+"""The comparison's verdict (B as the candidate) in ``bench compare``'s words."""
+
+
+def row(c: TimeComparison) -> dict[str, Any]:
+    """A comparison as ``bench compare`` prints it: its fields and the verdict in :data:`WORDS`."""
+    return {**c.as_dict(), "verdict": WORDS[c.verdict], "over": c.units_text}
 
 
 @dataclass
-class Comparison:
+class RunComparison:
     """The per-case rows (A's order) and what could not be compared."""
 
     rows: list[dict[str, Any]]
@@ -46,8 +55,8 @@ def _timed(r: CaseRecord) -> bool:
     return r.ok and bool(r.samples_s)
 
 
-def compare_runs(records_a: list[CaseRecord], records_b: list[CaseRecord], axis: str | None = None) -> Comparison:
-    """Align on ``case_key`` and compare B against A per case (see ``harness.analysis.stats.compare``)."""
+def compare_runs(records_a: list[CaseRecord], records_b: list[CaseRecord], axis: str | None = None) -> RunComparison:
+    """Align on ``case_key`` and compare B against A per case (:func:`harness.analysis.comparison.compare_records`)."""
     by_b = {r.case_key: r for r in records_b}
     keys_a = {r.case_key for r in records_a}
     axis = sweep_axis(records_a or records_b, axis)
@@ -60,14 +69,17 @@ def compare_runs(records_a: list[CaseRecord], records_b: list[CaseRecord], axis:
         if not (_timed(a) and _timed(b)):
             not_ok += 1
             continue
-        c = compare_samples(a.samples_s, b.samples_s)
         out.append({"case_key": a.case_key, "line": a.line, "arch": a.arch,
-                    "axis_value": a.value(axis) if axis else None, **c})
+                    "axis_value": a.value(axis) if axis else None, **row(compare_records(a, b))})
     counts = {v: sum(r["verdict"] == v for r in out) for v in VERDICTS}
     ratios = [r["ratio"] for r in out if r["ratio"] > 0]
     geomean = math.exp(sum(math.log(x) for x in ratios) / len(ratios)) if ratios else None
-    return Comparison(rows=out, axis=axis, only_a=len(keys_a - by_b.keys()), only_b=len(by_b.keys() - keys_a),
+    return RunComparison(rows=out, axis=axis, only_a=len(keys_a - by_b.keys()), only_b=len(by_b.keys() - keys_a),
                       not_ok=not_ok, counts=counts, geomean_ratio=geomean)
+
+
+Comparison = RunComparison
+"""The name this class had before :mod:`harness.analysis.comparison` gave "comparison" its one meaning."""
 
 
 def env_differences(env_a: Mapping[str, Any], env_b: Mapping[str, Any]) -> list[str]:
@@ -96,20 +108,17 @@ def pair_records(records_a: list[CaseRecord], records_b: list[CaseRecord], run_a
 def interleaved_rows(pairs: list[tuple[CaseRecord, CaseRecord]], measured: list[CaseRecord]) -> list[dict[str, Any]]:
     """Per pair, B over A from a re-measurement side by side (``measured``: A's case then B's, pair by pair;
     ``label``: the case as :func:`reports.labels.param_labels` names it):
-    the paired per-round ratio with its interval; "same" when the interval holds 1 or the ratio is within
-    ``SAME_REL_TOL`` of 1."""
+    the one comparison, paired (the same rounds; over processes where both were timed in several)."""
     rows = []
     labels = param_labels([ra for ra, _ in pairs], arch=True)
     for (ra, rb), (ma, mb), label in zip(pairs, zip(measured[::2], measured[1::2]), labels):
-        row: dict[str, Any] = {"line": ra.line, "arch": ra.arch, "label": label, "a_status": ma.status,
+        out: dict[str, Any] = {"line": ra.line, "arch": ra.arch, "label": label, "a_status": ma.status,
                                "b_status": mb.status}
         if ma.ok and mb.ok and ma.rounds and len(ma.rounds) == len(mb.rounds) >= 2:
-            pr = paired_ratio(mb.samples_s, mb.rounds, ma.samples_s, ma.rounds)
-            same = pr.ci_low <= 1.0 <= pr.ci_high or abs(pr.ratio - 1) < SAME_REL_TOL
-            row.update(ratio=pr.ratio, ci_low=pr.ci_low, ci_high=pr.ci_high, rounds=pr.n_rounds,
-                       a_median_ms=ma.metric("median_ms"), b_median_ms=mb.metric("median_ms"),
-                       verdict="same" if same else ("faster" if pr.ratio < 1 else "slower"))
+            c = compare_timings(Timing.of(ma.samples_s, ma.rounds, ma.metric("n_processes")),
+                                Timing.of(mb.samples_s, mb.rounds, mb.metric("n_processes")), paired=True)
+            out.update(row(c), rounds=len(ma.rounds))
         else:
-            row.update(verdict="failed", message=ma.message or mb.message)
-        rows.append(row)
+            out.update(verdict="failed", message=ma.message or mb.message)
+        rows.append(out)
     return rows

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.contract.records import CaseRecord, RunRecord
-from harness.analysis.stats import AffineFit, ScalingFit, compare, fit_cost
+from harness.analysis.comparison import Comparison, compare_records
+from harness.analysis.stats import AffineFit, ScalingFit, fit_cost
 from reports.frames import is_number, sweep_axis, varying_keys
 
 FIT_METRICS: dict[str, str] = {"median_ms": "time", "peak_bytes": "memory", "macs": "MACs"}
@@ -23,12 +24,14 @@ EXACT_METRICS = frozenset({"macs", "flops", "params", "bytes_moved"})
 
 @dataclass(frozen=True)
 class Ratio:
-    """``value`` = a's figure ÷ b's, with a 95% interval when it comes from raw samples."""
+    """``value`` = a's figure ÷ b's, with a 95% interval when it comes from raw samples; for a timing, the
+    :class:`~harness.analysis.comparison.Comparison` it comes from (a over b: its verdict and what it could see)."""
 
     value: float
     lo: float | None = None
     hi: float | None = None
     processes: int = 0                  # timings: the worker processes the interval is over (1: this process only)
+    comparison: Comparison | None = None
 
 
 @dataclass(frozen=True)
@@ -156,26 +159,14 @@ def n_processes(r: CaseRecord) -> int:
     return max(1, int(r.metric("n_processes") or 1))
 
 
-def _groups(r: CaseRecord) -> list[tuple[float, ...]] | None:
-    from harness.analysis.process_stats import process_groups   # scipy.stats: imported when a run is judged
-
-    return process_groups(r.samples_s, r.rounds, n_processes(r))
-
-
 def _time_ratio(a: CaseRecord, b: CaseRecord) -> Ratio | None:
-    """a's median time ÷ b's with a 95% interval: over processes (:func:`harness.analysis.process_stats.process_ratio`)
-    when both were measured in two or more, else a bootstrap of both cases' raw samples (one process: the
-    interval covers that process only)."""
+    """a's median time ÷ b's with its 95% interval: the one comparison
+    (:func:`harness.analysis.comparison.compare_records`), read as a over b; its level (processes, rounds or one
+    process) is what the stored timings allow, paired where the two were timed side by side."""
     if not a.samples_s or not b.samples_s:
         return _ratio(a.metric("median_ms"), b.metric("median_ms"))
-    ga, gb = _groups(a), _groups(b)
-    if ga is not None and gb is not None:
-        from harness.analysis.process_stats import process_ratio
-
-        pr = process_ratio(gb, ga)                     # ratio = a / b over processes
-        return Ratio(pr.ratio, pr.ci_low, pr.ci_high, min(len(ga), len(gb)))
-    c = compare(b.samples_s, a.samples_s)              # ratio = median(a) / median(b)
-    return Ratio(c["ratio"], c["ci_low"], c["ci_high"], 1)
+    c = compare_records(b, a)                         # ratio = a / b
+    return Ratio(c.ratio, c.ci_low, c.ci_high, c.n_a if c.level == "processes" else 1, comparison=c)
 
 
 def interval_note(records: Sequence[CaseRecord]) -> str:

@@ -184,8 +184,17 @@ def findings_table(f: Findings) -> Table:
 
 def _times(r: Ratio, faster: str, slower: str, same: str, tol: float = 0.03, what: str = "time") -> str:
     """``3.1× [2.9, 3.3] faster``; a ratio whose interval holds 1 (and is not within ``tol`` of it) gives no
-    direction: ``time undecided (ratio 2.5, 95 % interval [0.35, 3] holds 1)``."""
+    direction: ``time undecided (ratio 2.5, 95 % interval [0.35, 3] holds 1)``. A timing says what its comparison
+    (:class:`harness.analysis.comparison.Comparison`) decided: the same time only within the floor, else undecided
+    with what it could see, or the direction it showed."""
     interval = f" [{r.lo:.2g}, {r.hi:.2g}]" if r.lo is not None and r.hi is not None else ""
+    c = r.comparison
+    if c is not None and c.verdict == "unchanged":
+        return f"{same} within {100 * c.floor:.0f} % ({r.value:.2f}×{interval}, {c.units_text})"
+    if c is not None and c.verdict == "inconclusive":
+        return f"{what} undecided (ratio {r.value:.2g}, 95 % interval{interval}, {c.units_text}; {c.mde_text})"
+    if c is not None:
+        tol = 0.0
     if interval and r.lo <= 1.0 <= r.hi and abs(r.value - 1) >= tol:
         return f"{what} undecided (ratio {r.value:.2g}, 95 % interval{interval} holds 1)"
     if abs(r.value - 1) < tol:
@@ -348,16 +357,18 @@ def runs_table(runs: Sequence[RunRecord]) -> Table:
 
 
 def compare_table(result: Comparison, a_id: str, b_id: str) -> Table:
-    """Per case shared by two runs: A's and B's median, B/A with its 95% bootstrap CI, and the verdict."""
-    table = Table(title=f"B {b_id} vs A {a_id} (ratio = B/A median, 95% bootstrap CI)", header_style="bold")
-    for col in ("line", "arch", result.axis or "case", "A ms", "B ms", "ratio [95% CI]", "verdict"):
+    """Per case shared by two runs: A's and B's median, B/A with its 95% interval, what the interval is over, and
+    the verdict (same only when the whole interval lies within the floor; inconclusive with what it could see)."""
+    table = Table(title=f"B {b_id} vs A {a_id} (ratio = B/A median, 95% interval)", header_style="bold")
+    for col in ("line", "arch", result.axis or "case", "A ms", "B ms", "ratio [95% CI]", "over", "verdict"):
         table.add_column(col, justify="right" if col in ("A ms", "B ms", "ratio [95% CI]") else "left")
-    style = {"faster": "green", "slower": "red", "same": "dim"}
+    style = {"faster": "green", "slower": "red", "same": "dim", "inconclusive": "yellow"}
     for r in result.rows:
         table.add_row(r["line"], r["arch"], str(r["axis_value"]) if result.axis else r["case_key"][:8],
                       f"{r['a_median_ms']:,.3f}", f"{r['b_median_ms']:,.3f}",
-                      f"{r['ratio']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]",
-                      f"[{style[r['verdict']]}]{r['verdict']}[/]")
+                      f"{r['ratio']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]", r["over"],
+                      f"[{style[r['verdict']]}]{r['verdict']}[/]"
+                      + (f" (could see ≥ {100 * r['mde']:.0f} %)" if r["verdict"] == "inconclusive" else ""))
     return table
 
 
@@ -367,7 +378,7 @@ def interleaved_table(rows: list[dict[str, Any]], a_id: str, b_id: str) -> Table
                         "over rounds)", header_style="bold")
     for col in ("line", "case", "A ms", "B ms", "ratio [95% CI]", "rounds", "verdict"):
         table.add_column(col, justify="right" if col in ("A ms", "B ms", "ratio [95% CI]", "rounds") else "left")
-    style = {"faster": "green", "slower": "red", "same": "dim", "failed": "bold red"}
+    style = {"faster": "green", "slower": "red", "same": "dim", "inconclusive": "yellow", "failed": "bold red"}
     for r in rows:
         if r["verdict"] == "failed":
             table.add_row(r["line"], r["label"], "-", "-", r.get("message", "")[:60], "-",

@@ -1,4 +1,4 @@
-"""`bench compare`: per-case ratio of medians B/A with a bootstrap CI and a verdict, from stored runs."""
+"""`bench compare`: per-case ratio B/A with its interval (the one comparison) and a verdict, from stored runs."""
 from __future__ import annotations
 
 import copy
@@ -40,12 +40,17 @@ def test_run_against_itself_is_all_same_ratio_exactly_one(stored):
     url, _, run, rows = stored
     result = compare_runs(rows, rows)
     assert len(result.rows) == 6
-    assert all(r["ratio"] == 1.0 and r["verdict"] == "same" for r in result.rows)
-    assert result.counts == {"faster": 0, "slower": 0, "same": 6} and result.geomean_ratio == 1.0
+    # the same samples on both sides: ratio 1 exactly; "same" only where the interval (both sides' noise) lies
+    # within 5 %, else inconclusive — never faster or slower
+    assert all(r["ratio"] == 1.0 and r["verdict"] in ("same", "inconclusive") for r in result.rows)
+    assert result.counts["faster"] == result.counts["slower"] == 0 and result.geomean_ratio == 1.0
+    assert all((r["verdict"] == "same") == (r["ci_low"] >= 1 / 1.05 and r["ci_high"] <= 1.05) for r in result.rows)
     assert result.axis == "seq_len" and sorted({r["axis_value"] for r in result.rows}) == [16, 32, 64]
     res = invoke("compare", run.id, run.id, "--store", url)
     assert res.exit_code == 0, res.stderr
-    assert "6 cases compared: 0 faster, 0 slower, 6 same" in res.stdout
+    n = result.counts
+    assert f"6 cases compared: 0 faster, 0 slower, {n['same']} same within 5 %, {n['inconclusive']} inconclusive" \
+        in res.stdout
     assert "geometric-mean ratio B/A 1.000" in res.stdout
     assert "warning" not in res.stderr
 
@@ -70,10 +75,10 @@ def test_samples_scaled_by_two_are_slower(stored):
     assert result.geomean_ratio == pytest.approx(2.0)
     res = invoke("compare", run.id, b_id, "--store", url)
     assert res.exit_code == 0, res.stderr
-    assert "0 faster, 6 slower, 0 same" in res.stdout
+    assert "0 faster, 6 slower, 0 same within 5 %, 0 inconclusive" in res.stdout
     # and the other way round, B is faster
     back = invoke("compare", b_id, run.id, "--store", url)
-    assert "6 faster, 0 slower, 0 same" in back.stdout and "geometric-mean ratio B/A 0.500" in back.stdout
+    assert "6 faster, 0 slower, 0 same within 5 %" in back.stdout and "geometric-mean ratio B/A 0.500" in back.stdout
 
 
 def test_cases_in_one_run_only_and_not_ok_are_counted(stored):
@@ -99,7 +104,7 @@ def test_differing_fingerprint_warns_one_line_naming_keys(stored):
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("warning") and "cpu, threads" in lines[0]
     assert "host" not in lines[0]
-    assert "6 same" in res.stdout
+    assert "6 cases compared: 0 faster, 0 slower" in res.stdout
 
 
 def test_unknown_run_exit_2_one_line(stored):

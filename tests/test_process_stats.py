@@ -115,7 +115,7 @@ def test_gate_verdicts_over_processes_a_a_green_2x_red_mde_printed():
         ss, sr = _flat([[2 * x for x in g] for g in t.processes(5)])
         aa = timing_verdict(bs, br, cs, cr, base_processes=5, cand_processes=5)
         slow = timing_verdict(bs, br, ss, sr, base_processes=5, cand_processes=5)
-        assert aa.over_processes and aa.p_value is None and aa.processes == (5, 5)
+        assert aa.over_processes and aa.level == "processes" and aa.processes == (5, 5)
         green += aa.verdict in ("unchanged", "inconclusive")
         red += slow.verdict == "regressed"
         assert "MDE" in aa.mde_text and "5+5 processes" in aa.mde_text
@@ -127,8 +127,8 @@ def test_one_process_side_falls_back_and_says_so():
     bs, br = _flat(t.processes(1, 60), 5)
     cs, cr = _flat(t.processes(5))
     v = timing_verdict(bs, br, cs, cr, base_processes=1, cand_processes=5)
-    assert not v.over_processes and v.p_value is not None
-    assert "not over processes (1+5)" in v.mde_text and v.processes == (1, 5)
+    assert not v.over_processes and v.level == "rounds"           # the rounds of both sides, not their processes
+    assert v.comparison.units_text in v.mde_text and "rounds" in v.mde_text and v.processes == (1, 1)
 
 
 def _record(key: str, samples: list[float], rounds: list[int], n_proc: int, **metrics: float) -> CaseRecord:
@@ -207,7 +207,7 @@ def test_claims_ratio_figures_say_what_their_interval_covers():
     a = dataclasses.replace(_record("a", a_s, a_r, 5), group="g", run_id="r")
     b = dataclasses.replace(_record("b", b_s, b_r, 5), group="g", run_id="r")
     fig = median_ratio(a, b)
-    assert "5 processes" in fig.note and fig.lo < 2.0 < fig.hi and fig.n == 5
+    assert "5 paired processes" in fig.note and fig.lo < 2.0 < fig.hi and fig.n == 5
     one = [dataclasses.replace(_record(k, s[:30], [6] * 5, 1), group="g", run_id="r")
            for k, s in (("a", a_s), ("b", b_s))]
     assert "one process: the interval covers this process only" in median_ratio(*one).note

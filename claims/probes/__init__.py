@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import Any
 
 import torch
@@ -16,8 +15,10 @@ from harness.contract.records import CaseRecord
 from harness.contract.registry import resolve
 from harness.contract.spec import Workload
 from harness.instruments.load import BUSY_CORES
-from harness.analysis.process_stats import ONE_PROCESS_NOTE, paired_process_ratio, process_groups
-from harness.analysis.stats import compare, fit_affine, fit_floor_power, fit_scaling, paired_ratio, top_slope
+from harness.analysis.comparison import Comparison, Timing, compare_records, compare_samples, compare_timings
+from harness.analysis.comparison import side_by_side
+from harness.analysis.process_stats import ONE_PROCESS_NOTE
+from harness.analysis.stats import fit_affine, fit_floor_power, fit_scaling, top_slope
 from harness.instruments.timing import TimingResult
 
 TIMING_METRICS = ("median_ms", "mean_ms", "min_ms", "throughput_per_s")
@@ -121,55 +122,41 @@ def busy_reason(records: Sequence[CaseRecord | None]) -> str:
 
 def interleaved(a: CaseRecord, b: CaseRecord) -> bool:
     """Whether two stored cases were timed side by side in the same rounds (one run, one group)."""
-    return bool(a.group and a.group == b.group and a.run_id == b.run_id and a.rounds
-                and len(a.rounds) == len(b.rounds))
+    return side_by_side(a, b)
+
+
+def comparison_figure(c: Comparison, note: str = "", busy: str = "") -> Figure:
+    """A figure of the one comparison (:mod:`harness.analysis.comparison`), read as its ratio B/A: the ratio, its
+    95 % interval, and in the note what the interval is over and the verdict by the equivalence rule."""
+    over = {"processes": "interval over processes (two-level bootstrap)",
+            "rounds": f"interval over the rounds; {ONE_PROCESS_NOTE}",
+            "one process": f"interval from one run's samples; {ONE_PROCESS_NOTE}",
+            "occasions": "interval over occasions", "exact": "exact"}[c.level]
+    side = "timed side by side" if c.paired else "not timed side by side"
+    n = c.n_a if c.level in ("processes", "rounds") else None
+    text = f"{side} ({c.units_text}), {over}; {c.summary}"
+    return Figure(c.ratio, c.ci_low, c.ci_high, "×", (note + "; " if note else "") + text, n, busy=busy)
 
 
 def median_ratio(a: CaseRecord | None, b: CaseRecord | None, note: str = "") -> Figure:
-    """a's latency over b's. Timed side by side (:func:`interleaved`): the geometric mean of the per-round
-    ratios with its interval over rounds, which covers the machine's drift. Otherwise the ratio of medians with
-    a bootstrap interval of one run's samples (said so in the note). Flagged ``busy`` when either case ran on a
-    busy machine."""
+    """a's latency over b's: the one comparison (:func:`harness.analysis.comparison.compare_records`, b as the
+    baseline), paired when the two were timed side by side (:func:`interleaved`); its level — processes,
+    rounds or one process — is what the stored timings allow, and the note says which. Flagged ``busy`` when
+    either case ran on a busy machine."""
     if not a or not b or not a.samples_s or not b.samples_s:
         return Figure(float("nan"), unit="×", note="missing a case")
-    busy = busy_reason([a, b])
-    if interleaved(a, b):
-        return _paired_figure(a, b, note, busy)
-    return replace(samples_ratio(a.samples_s, b.samples_s, (note + "; " if note else "")
-                                 + "not timed side by side: interval from one run's samples, drift not covered"),
-                   busy=busy)
+    return comparison_figure(compare_records(b, a), note, busy_reason([a, b]))
 
 
 def timed_ratio(a: TimingResult, b: TimingResult, note: str = "", busy: str = "") -> Figure:
     """a over b for two timings from one :func:`harness.instruments.timing.measure_interleaved` call (paired rounds)."""
-    return _paired_figure(a, b, note, busy)
-
-
-def _process_groups(r: CaseRecord | TimingResult) -> list[tuple[float, ...]] | None:
-    n = int(r.metric("n_processes") or 1) if isinstance(r, CaseRecord) else 1
-    return process_groups(r.samples_s, r.rounds, n)
-
-
-def _paired_figure(a: CaseRecord | TimingResult, b: CaseRecord | TimingResult, note: str, busy: str) -> Figure:
-    """a over b from timings taken in the same rounds: over the pairs of processes where both were timed side by
-    side in several (:func:`harness.analysis.process_stats.paired_process_ratio`: ``bench claims --processes N``), else
-    :func:`harness.analysis.stats.paired_ratio` over the rounds of one process (the note says so)."""
-    ga, gb = _process_groups(a), _process_groups(b)
-    lead = note + "; " if note else ""
-    if ga is not None and gb is not None and len(ga) == len(gb):
-        pp = paired_process_ratio(gb, ga)            # ratio = a / b, per process
-        return Figure(pp.ratio, pp.ci_low, pp.ci_high, "×", lead + f"timed side by side in {len(ga)} processes, "
-                      "interval over processes (two-level bootstrap)", len(ga), busy=busy)
-    pr = paired_ratio(a.samples_s, a.rounds, b.samples_s, b.rounds)
-    return Figure(pr.ratio, pr.ci_low, pr.ci_high, "×", lead
-                  + f"timed side by side in {pr.n_rounds} rounds, interval over the per-round ratios; "
-                  + ONE_PROCESS_NOTE, pr.n_rounds, busy=busy)
+    c = compare_timings(Timing.of(b.samples_s, b.rounds), Timing.of(a.samples_s, a.rounds), paired=True)
+    return comparison_figure(c, note, busy)
 
 
 def samples_ratio(a: Sequence[float], b: Sequence[float], note: str = "") -> Figure:
-    """median(a)/median(b) of two series of per-call times, with a bootstrap 95% interval."""
-    c = compare(b, a)     # ratio = median(a)/median(b)
-    return Figure(c["ratio"], c["ci_low"], c["ci_high"], "×", note)
+    """median(a)/median(b) of two series of per-call times (one process each), with its 95% interval."""
+    return comparison_figure(compare_samples(b, a), note)
 
 
 def series(records: Sequence[CaseRecord], x: str, metric: str, scale: float = 1.0

@@ -1,4 +1,5 @@
-"""Summary statistics for timing samples: robust summaries, log-log scaling fits, A/B comparison.
+"""Summary statistics for timing samples: robust summaries, log-log scaling fits, rounds (the comparison of two
+timings is :mod:`harness.analysis.comparison`).
 
 Inputs are raw per-call times in seconds; summaries are reported in milliseconds.
 Pure Python + numpy + scipy, no torch. A bench worker summarizes every case it times (:func:`summarize_rounds`)
@@ -11,17 +12,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from scipy.special import _ufuncs, stdtrit
 
 NOISY_REL_IQR = 0.10
 """A summary is flagged ``noisy`` when IQR / median is at least this."""
-
-SAME_REL_TOL = 0.02
-"""``compare`` calls two medians "same" when their ratio is within this of 1."""
-
 
 def median_ci_indices(n: int, confidence: float = 0.95) -> tuple[int, int]:
     """0-based order-statistic indices (lo, hi) of a distribution-free CI for the median.
@@ -220,52 +216,6 @@ def fit_scaling(x: Sequence[float], y: Sequence[float], confidence: float = 0.95
     if fit is None:
         return None
     return ScalingFit(fit, pts[start][0], pts[-1][0], tuple(pts[:start]))
-
-
-def _median_ratio(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
-    return np.median(b, axis=axis) / np.median(a, axis=axis)
-
-
-def compare(
-    a_samples: Sequence[float],
-    b_samples: Sequence[float],
-    confidence: float = 0.95,
-    n_boot: int = 2000,
-    seed: int = 0,
-) -> dict[str, Any]:
-    """Compare B against A (e.g. A = baseline, B = candidate) by the ratio of medians.
-
-    ``ratio = median(b) / median(a)``; its interval is a percentile bootstrap
-    (``scipy.stats.bootstrap``: each sample set resampled independently, ``n_boot`` times, from a
-    numpy generator seeded with ``seed`` so results are reproducible). ``verdict`` describes B relative to A: "same" when the
-    interval contains 1 or ``|ratio - 1| < SAME_REL_TOL``, else "faster" (ratio < 1) or
-    "slower" (ratio > 1). Returns ratio, ci_low, ci_high, verdict, a_median_ms, b_median_ms.
-    """
-    from scipy import stats as sps
-
-    a = np.asarray(a_samples, dtype=np.float64)
-    b = np.asarray(b_samples, dtype=np.float64)
-    if a.size == 0 or b.size == 0:
-        raise ValueError("compare() needs samples on both sides")
-    med_a, med_b = float(np.median(a)), float(np.median(b))
-    if med_a <= 0:
-        raise ValueError("median of a_samples must be positive")
-    ratio = med_b / med_a
-    boot = sps.bootstrap((a, b), _median_ratio, n_resamples=n_boot, confidence_level=confidence,
-                         method="percentile", vectorized=True, rng=np.random.default_rng(seed))
-    ci_low, ci_high = float(boot.confidence_interval.low), float(boot.confidence_interval.high)
-    if ci_low <= 1.0 <= ci_high or abs(ratio - 1.0) < SAME_REL_TOL:
-        verdict = "same"
-    else:
-        verdict = "faster" if ratio < 1.0 else "slower"
-    return {
-        "ratio": ratio,
-        "ci_low": ci_low,
-        "ci_high": ci_high,
-        "verdict": verdict,
-        "a_median_ms": med_a * 1e3,
-        "b_median_ms": med_b * 1e3,
-    }
 
 
 # -- rounds: intervals that cover drift between runs, not only the noise inside one ---------------------

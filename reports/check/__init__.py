@@ -11,45 +11,28 @@ check_run``); this docstring states the rules.
 ``bench check SUITE --baseline FILE.json`` measures again and :func:`~reports.check.report.check_run` gives every case a verdict.
 Cases are aligned on ``case_key``.
 
-**Timing.** A timing regresses when the candidate's median is slower by more than the larger of 5 % and three
-times the between-round coefficient of variation, and a Mann–Whitney U test on the raw samples gives
-p < 0.002 (asv uses ratio > 1.1 and p < 0.002). In full, with ``ratio = median(candidate) / median(baseline)``
-and ``floor = max(MIN_EFFECT, NOISE_MULTIPLE · max(round CV of the baseline, round CV of the candidate))``
-(:func:`~reports.check.timing.effect_floor`; the round CV is the standard deviation of the round medians over their mean,
-:func:`harness.analysis.stats.round_summary`, the drift a rerun sees; a side timed in fewer than two rounds has none):
+**Timing.** Every timing verdict is the one comparison of :mod:`harness.analysis.comparison` (the same that
+``bench compare``, the run headline and the claims print): the candidate over the baseline, at the highest level
+both sides allow — the baseline's *occasions* (a file written by ``bench baseline --occasions K``, default 5, or
+grown with ``--append``: a prediction for one more occasion, so the drift between the baseline's day and the
+check's is in the interval), else *processes* (both sides measured in two worker processes or more; per pair of
+processes with ``--against``, whose versions ran alternately), else *rounds*, else the samples of *one process*.
+With ``ratio`` its candidate/baseline ratio and ``[lo, hi]`` its 95 % interval, and ``floor`` = 5 %
+(:data:`~reports.check.timing.MIN_EFFECT`):
 
-- ``regressed``: ratio > 1 + floor and p < ALPHA (two-sided Mann–Whitney U on the raw per-call samples);
-- ``improved``: ratio < 1 / (1 + floor) and p < ALPHA;
-- ``unchanged``: |log ratio| ≤ log(1 + floor), whatever p: a change too small to matter;
-- ``inconclusive``: beyond the floor but not significant (the CLI re-measures these cases once); also a
-  regression or improvement measured while other processes used more than half a core
-  (``load_busy``, :mod:`harness.instruments.load`): a busy machine decides nothing.
+- ``unchanged`` (the case reads ``ok``): the whole interval lies within ``[1/(1+floor), 1+floor]`` — equivalence
+  shown, not assumed;
+- ``regressed``: ratio > 1 + floor and the ``1 - ALPHA`` interval lies above 1 (ALPHA = 0.002); ``improved``
+  mirrored;
+- ``inconclusive``: everything else; also a regression or improvement measured while other processes used more
+  than half a core (``load_busy``, :mod:`harness.instruments.load`): a busy machine decides nothing.
 
-**Over processes** (issue 25): where both sides were measured in two or more worker processes
-(``n_processes``; their rounds process by process, :func:`harness.analysis.process_stats.process_groups`), the ratio is
-the geometric mean of the candidate's per-process medians over the baseline's, with a two-level bootstrap
-interval (:func:`harness.analysis.process_stats.process_ratio`; per pair of processes with ``--against``:
-:func:`harness.analysis.process_stats.paired_process_ratio`); ``regressed`` when ratio > 1 + MIN_EFFECT and the
-``1 - ALPHA`` interval lies above 1 (``improved`` mirrored; within the floor ``unchanged``; else
-``inconclusive``). Every verdict carries its minimum detectable effect (``mde``: the slowdown caught with 80 %
-power given the spread between processes; with one process a side, the floor or the interval's reach),
-printed in the verdict cell and summed up by :func:`~reports.check.render.power_line`.
-
-**Over occasions**: a baseline file written on several occasions (``bench baseline --occasions K``, default 5, or
-grown with ``--append``: per case ``occasion_medians_ms``, each occasion's per-process medians) is checked as a
-prediction for one more occasion (:func:`harness.analysis.process_stats.occasion_ratio`): the standard error holds
-the spread between the baseline's occasions, ``K - 1`` degrees of freedom, the same ``ALPHA``, floor and verdict
-rule. A file baseline and its check run on two occasions, and a case's speed moves between occasions by more
-than its processes differ within one (the 23 % A/A false alarm of a one-occasion baseline, README "CI"): only
-the occasion level covers that. ``--against`` measures both versions on one occasion, interleaved, and stays
-over (paired) processes. A one-occasion baseline (``--occasions 1``, or a file written before) is judged over
-processes and the verdict says "1 occasion: drift between occasions not covered".
-
-*Paired* timings (both sides measured in the same rounds, side by side, e.g. a re-measurement that interleaves
-the baseline's code with the candidate's): the ratio is the paired ratio of :func:`harness.analysis.stats.paired_ratio`
-(geometric mean of the per-round ratios of the round medians) and "significant" means its 95 % interval
-excludes 1, in place of the Mann–Whitney p; the floor rule is the same. The ratio's interval shown is the
-bootstrap interval of :func:`harness.analysis.stats.compare` for unpaired timings, the paired interval for paired ones.
+Every verdict carries its smallest detectable slowdown (``mde``: the slowdown it calls ``regressed`` with 80 %
+power), printed in the verdict cell and summed up by :func:`~reports.check.render.power_line`; the headline says
+``unchanged within 5 %`` only when every gated timing is, else ``no regression seen (could see ≥ X %)`` with X
+the largest MDE of an inconclusive case, or the regressions. ``bench check`` adds processes to the cases whose MDE
+is above ``--target-mde`` until it is met or ``--budget`` is spent (:mod:`~reports.check.adaptive`), and
+``--max-mde`` fails a check that could not see a slowdown of that size (exit status 3).
 
 **Deterministic metrics** (:data:`~reports.check.metrics.DETERMINISTIC`: ``macs``, ``flops``, ``params``, ``est_peak_bytes``,
 ``activation_peak_bytes``, ``peak_bytes`` and every ``analytic_*``) are compared *exactly* when the torch

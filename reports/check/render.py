@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from rich.table import Table
 
 from reports.check.report import FAILING, VERDICTS, CheckReport, CheckRow
-from reports.check.timing import ALPHA, MIN_EFFECT, NOISE_MULTIPLE
+from reports.check.timing import ALPHA, MIN_EFFECT
 
 MARK = {"ok": "✅", "regressed": "🔴", "improved": "🟢", "changed": "🟠", "failed": "💥", "missing": "❔",
         "new": "🆕", "inconclusive": "⚪"}
@@ -16,14 +16,25 @@ STYLE = {"ok": "green", "regressed": "bold red", "improved": "green", "changed":
 
 
 def headline(report: CheckReport) -> str:
-    """``❌ 2 regressed, 1 changed (of 12 cases)`` or ``✅ no regression (12 cases: 11 ok, 1 improved)``."""
+    """What the check showed, in one line: ``❌ 2 regressed, 1 changed (of 12 cases)``; ``✅ unchanged within 5 %
+    (12 cases: 12 ok)`` only when every gated timing's whole interval lies within the floor; otherwise
+    ``⚪ no regression seen (could see ≥ 23 %) (12 cases: 9 ok, 3 inconclusive)`` — the largest slowdown some
+    timing could have missed."""
     n = report.summary
     total = len(report.rows)
     if report.failed:
         bad = ", ".join(f"{n[v]} {v}" for v in FAILING if n[v])
         return f"❌ {bad} (of {total} cases)"
     rest = ", ".join(f"{n[v]} {v}" for v in VERDICTS if n[v] and v not in FAILING)
-    return f"✅ no regression ({total} cases" + (f": {rest})" if rest else ")")
+    counts = f" ({total} cases" + (f": {rest})" if rest else ")")
+    timed = report.gated_timings()
+    if not timed:
+        return f"✅ no regression{counts[:-1]}; no timing gated)"
+    blind = report.blind_mde()
+    if blind is not None:
+        return f"⚪ no regression seen (could see ≥ {100 * blind:.0f} %){counts}"
+    improved = any(r.timing.verdict == "improved" for r in timed)
+    return f"✅ {'improved or ' if improved else ''}unchanged within {100 * MIN_EFFECT:.0f} %{counts}"
 
 
 def power_line(report: CheckReport) -> str:
@@ -46,7 +57,8 @@ def power_line(report: CheckReport) -> str:
             basis += ("; the baseline is 1 occasion: drift between its occasion and this one is not covered "
                       "(`bench baseline --occasions 5` or `--append`)")
     else:
-        basis = "some with a side measured in one process: one process: the interval covers this process only"
+        basis = "some within one process or over rounds only: " + ", ".join(sorted({t.comparison.units_text for t in ts
+                                                                                    if not t.over_processes}))
     gated = "" if report.timing_gated else " (timing not gated)"
     return (f"smallest slowdown this check could see{gated}: {100 * mdes[len(mdes) // 2]:.0f}% median over "
             f"{len(ts)} timings, {100 * worst.timing.mde:.0f}% at worst ({worst.name}); {basis}")
@@ -73,8 +85,7 @@ def _cells(row: CheckRow) -> dict[str, str]:
         "base": _ms(t.base_median_ms) if t else "-",
         "cand": _ms(t.cand_median_ms) if t else "-",
         "ratio": f"{t.ratio:.3f} [{t.ci_low:.3f}, {t.ci_high:.3f}]" if t else "-",
-        "p": ((("processes, paired" if t.paired else "processes") if t.over_processes else
-               "paired" if t.paired else f"{t.p_value:.2g}") if t else "-"),
+        "over": t.comparison.units_text if t else "-",
         "floor": f"{100 * t.floor:.1f}%" if t else "-",
         "verdict": verdict + (f" ({'; '.join(extra)})" if extra else ""),
         "status": status,
@@ -83,7 +94,7 @@ def _cells(row: CheckRow) -> dict[str, str]:
 
 
 _MD_COLUMNS = (("case", "case"), ("baseline ms", "base"), ("candidate ms", "cand"), ("ratio [95% CI]", "ratio"),
-               ("p", "p"), ("floor", "floor"), ("verdict", "verdict"), ("deterministic changes", "changes"))
+               ("over", "over"), ("floor", "floor"), ("verdict", "verdict"), ("deterministic changes", "changes"))
 
 
 def _md_escape(text: str) -> str:
@@ -106,8 +117,9 @@ def markdown(report: CheckReport) -> str:
     out = [f"### {headline(report)}", ""]
     gate = ("timing gated" if report.timing_gated else "timing **not gated** ("
             + ("another environment" if report.env_differences else "--no-gate-timing") + ")")
-    floor = (f"a timing counts beyond max({100 * MIN_EFFECT:.0f}%, {NOISE_MULTIPLE:g}× round CV) with p < {ALPHA:g}; "
-             f"over processes beyond {100 * MIN_EFFECT:.0f}% with its {100 * (1 - ALPHA):g}% interval clear of 1")
+    floor = (f"a timing is unchanged when its whole 95% interval lies within ±{100 * MIN_EFFECT:.0f}%, regressed or "
+             f"improved beyond {100 * MIN_EFFECT:.0f}% with its {100 * (1 - ALPHA):g}% interval clear of 1, "
+             "else inconclusive")
     commit = f" (commit `{report.baseline_commit[:10]}`)" if report.baseline_commit else ""
     out += [f"Suite `{report.suite}` against the baseline of {report.baseline_created or '?'}{commit}: {gate}; "
             f"{floor}.", "", power_line(report) + ".", ""]
@@ -125,16 +137,16 @@ def markdown(report: CheckReport) -> str:
 
 
 def check_table(report: CheckReport, title: str = "") -> Table:
-    """The check in the terminal: per case the medians, the ratio with its 95 % interval, p, the floor, the
-    verdict and what changed; cases that are not ok first."""
+    """The check in the terminal: per case the medians, the ratio with its 95 % interval, what the interval is over,
+    the floor, the verdict and what changed; cases that are not ok first."""
     table = Table(title=title or f"check · {headline(report)}", header_style="bold")
     for col, just in (("line", "left"), ("case", "left"), ("baseline ms", "right"), ("candidate ms", "right"),
-                      ("ratio [95% CI]", "right"), ("p", "right"), ("floor", "right"), ("verdict", "left"),
+                      ("ratio [95% CI]", "right"), ("over", "right"), ("floor", "right"), ("verdict", "left"),
                       ("changes", "left")):
-        table.add_column(col, justify=just, no_wrap=col not in ("case", "changes", "verdict"), overflow="fold")
+        table.add_column(col, justify=just, no_wrap=col not in ("case", "changes", "verdict", "over"), overflow="fold")
     rows = sorted(report.rows, key=lambda r: r.verdict == "ok")
     for r in rows:
         c = _cells(r)
-        table.add_row(r.line, r.label, c["base"], c["cand"], c["ratio"], c["p"], c["floor"],
+        table.add_row(r.line, r.label, c["base"], c["cand"], c["ratio"], c["over"], c["floor"],
                       f"[{STYLE[r.verdict]}]{c['verdict']}[/]", c["changes"])
     return table

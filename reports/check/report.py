@@ -99,13 +99,24 @@ class CheckReport:
     def not_ok(self) -> list[CheckRow]:
         return [r for r in self.rows if r.verdict != "ok"]
 
+    def gated_timings(self) -> list[CheckRow]:
+        """The rows whose timing verdict decides (compared and gated)."""
+        return [r for r in self.rows if r.timing is not None and r.timing_gated]
+
     def inconclusive_keys(self) -> list[str]:
-        """Cases whose gated timing verdict is inconclusive (the CLI re-measures these once) — except those judged
-        over a baseline's occasions: there the spread between the baseline's occasions, not this run's samples,
-        decides, and measuring this occasion again would not narrow it."""
-        return [r.case_key for r in self.rows
-                if r.timing is not None and r.timing_gated and r.timing.verdict == "inconclusive"
-                and r.timing.occasions == 1]
+        """Cases whose gated timing verdict is inconclusive."""
+        return [r.case_key for r in self.gated_timings() if r.timing.verdict == "inconclusive"]
+
+    def blind_mde(self) -> float | None:
+        """The largest smallest-detectable-slowdown over the gated timings that are inconclusive (what this check
+        could have missed); None when every gated timing was decided (or none is gated)."""
+        mdes = [r.timing.mde for r in self.gated_timings() if r.timing.verdict == "inconclusive"]
+        return max(mdes) if mdes else None
+
+    def blind(self, max_mde: float) -> list[CheckRow]:
+        """The gated timings left inconclusive that could not have seen a slowdown of ``max_mde`` (a fraction):
+        ``bench check --max-mde`` fails on them."""
+        return [r for r in self.gated_timings() if r.timing.verdict == "inconclusive" and r.timing.mde > max_mde]
 
     def replace_timing(self, case_key: str, cand_samples: Sequence[float], cand_rounds: Sequence[int] = (), *,
                        paired_base: tuple[Sequence[float], Sequence[int]] | None = None, busy: str = "",
