@@ -118,7 +118,9 @@ def _side_by_side(sbs: sbs_view.SideBySide | None) -> dict[str, Any] | None:
         rows = [{"line": r.line, "reference": r.reference, "dominated": bool(r.dominated_by), "status": r.status,
                  "cells": [{"text": r.status if not r.ok and (kind, metric) == cols[0]
                             else (sbs_view.ratio_cell(r, metric) if kind == "ratio" else sbs_view.figure_cell(r, metric)),
-                            "best": kind == "figure" and metric in r.best} for kind, metric in cols]}
+                            "best": kind == "figure" and metric in r.best,
+                            "verdict": sbs_view.time_verdict(r) if (kind, metric) == ("ratio", "median_ms") else ""}
+                           for kind, metric in cols]}
                 for r in t.rows]
         points.append({"title": sbs_view.title(t), "headers": [sbs_view.header(t, k, m) for k, m in cols],
                        "rows": rows, "notes": sbs_view.notes(sbs, t)})

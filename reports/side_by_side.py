@@ -49,7 +49,7 @@ class Row:
     reference: bool = False
     best: frozenset[str] = frozenset()
     dominated_by: str = ""
-    dominated_clearly: bool = True       # the time ratio to the dominating line is decided (its interval excludes 1)
+    dominated_clearly: bool = True       # its time against the dominating line's is decided: slower, or the same
     message: str = ""
 
     @property
@@ -196,9 +196,10 @@ def _table(point: tuple[tuple[str, Any], ...], recs: list[CaseRecord], reference
     for row in rows:
         dom = dominated.get(row.line, "")
         clear = True
-        if dom:
+        if dom:        # the dominated line's time over the dominating one's: slower, or the same within the floor
             t = _time_ratio(by_line[row.line], by_line[dom])
-            clear = t is None or t.lo is None or not (t.lo <= 1.0 <= t.hi)
+            c = t.comparison if t is not None else None
+            clear = c.verdict in ("regressed", "unchanged") if c is not None else True
         out.append(dataclasses.replace(row, best=frozenset(m for m, lines in best.items() if row.line in lines),
                                        dominated_by=dom, dominated_clearly=clear))
     out.sort(key=lambda row: (not row.ok or row.figures["median_ms"] is None, row.figures["median_ms"] or 0.0))
@@ -304,14 +305,17 @@ def notes(sbs: SideBySide, t: PointTable) -> list[str]:
     and the lines that are not ok."""
     out = [f"reference: {t.reference} ({sbs.why})"
            + ("" if t.reference_ok else f"; it has no ok case at {t.where()}: no ratios here")]
-    if sbs.intervals:
-        out.append(f"time ÷ {t.reference}: ratio of medians, 95% interval; {sbs.intervals}")
+    levels = time_levels(t)
+    if levels:
+        out.append(f"time ÷ {t.reference}: the comparison of each line's timing with the reference's "
+                   f"(harness.analysis.comparison), its 95% interval over {levels}"
+                   + (f"; {sbs.intervals}" if sbs.intervals else ""))
     dominated = [r for r in t.rows if r.dominated_by]
     if dominated:
         out.append(f"{DOMINATED_MARK} Pareto-dominated in {t.dominance} (another line at least as good in both, "
                    "better in one): "
                    + "; ".join(f"{r.line} by {r.dominated_by}"
-                               + ("" if r.dominated_clearly else " (time within the noise: its interval holds 1)")
+                               + ("" if r.dominated_clearly else " (time undecided: within the noise)")
                                for r in dominated))
     else:
         out.append(f"no line is Pareto-dominated in {t.dominance}")
@@ -320,6 +324,36 @@ def notes(sbs: SideBySide, t: PointTable) -> list[str]:
         out.append("not ok: " + "; ".join(f"{r.line} {r.status}" + (f" ({r.message[:80]})" if r.message else "")
                                          for r in failed))
     return out
+
+
+def time_levels(t: PointTable) -> str:
+    """What the time intervals of a table are over, from their comparisons: ``3+3 rounds``, ``rounds (3–5 a
+    side)``, or per level how many lines (``processes for 5 lines, one process for 1``)."""
+    comps = [r.ratios["median_ms"].comparison for r in t.rows
+             if not r.reference and r.ratios.get("median_ms") is not None and r.ratios["median_ms"].comparison]
+    if not comps:
+        return ""
+    texts = {c.units_text for c in comps}
+    levels: dict[str, int] = {}
+    for c in comps:
+        levels[c.level] = levels.get(c.level, 0) + 1
+    if len(texts) == 1:
+        return texts.pop()
+    if len(levels) == 1:
+        ns = sorted({n for c in comps for n in (c.n_a, c.n_b)})
+        unit = "samples" if comps[0].level == "one process" else "a side"
+        return f"{comps[0].level} ({ns[0]}–{ns[-1]} {unit})"
+    return ", ".join(f"{level} for {n} line{'s' if n != 1 else ''}" for level, n in levels.items())
+
+
+def time_verdict(row: Row) -> str:
+    """The time comparison's verdict from the line's side: ``faster`` / ``slower`` than the reference beyond the
+    floor and significant, ``same`` (the whole interval within the floor), ``undecided``; ``""`` without one."""
+    r = row.ratios.get("median_ms")
+    c = r.comparison if r is not None and not row.reference else None
+    if c is None:
+        return ""
+    return {"improved": "faster", "regressed": "slower", "unchanged": "same"}.get(c.verdict, "undecided")
 
 
 def quoted_sources(sbs: SideBySide) -> list[str]:
@@ -337,16 +371,20 @@ QUOTED_NOTE = "top-1: quoted (published with the weights), not measured here; so
 
 def vs_reference(sbs: SideBySide | None) -> dict[str, dict[str, Any]]:
     """Per case key, its ratios to the reference at its point, as an export writes them: ``line`` (the
-    reference), and per metric of :data:`RATIO_METRICS` ``{"ratio": r}`` (time: with ``ci_low``, ``ci_high`` and
-    ``processes``, the worker processes the interval is over); None where a figure is missing."""
+    reference), and per metric of :data:`RATIO_METRICS` ``{"ratio": r}`` (time: with ``ci_low``, ``ci_high``, the
+    comparison's ``level`` and what it is ``over``, and the line's ``verdict``: faster, slower, same or undecided);
+    None where a figure is missing."""
     out: dict[str, dict[str, Any]] = {}
     for t in sbs.points if sbs else ():
         for row in t.rows:
             entry: dict[str, Any] = {"line": t.reference}
             for m in RATIO_METRICS:
                 r = row.ratios.get(m)
+                c = r.comparison if r is not None and not row.reference else None
                 entry[m] = None if r is None else (
-                    {"ratio": r.value, "ci_low": r.lo, "ci_high": r.hi, "processes": r.processes}
+                    {"ratio": r.value, "ci_low": r.lo, "ci_high": r.hi,
+                     "level": c.level if c else ("reference" if row.reference else ""),
+                     "over": c.units_text if c else "", "verdict": time_verdict(row)}
                     if m == "median_ms" else {"ratio": r.value})
             out[row.case_key] = entry
     return out
@@ -354,12 +392,12 @@ def vs_reference(sbs: SideBySide | None) -> dict[str, dict[str, Any]]:
 
 def flat_vs_reference(entry: dict[str, Any]) -> dict[str, Any]:
     """:func:`vs_reference`'s entry as flat columns: ``vs_ref.line``, ``vs_ref.median_ms``,
-    ``vs_ref.median_ms_ci_low``, ``vs_ref.median_ms_ci_high``, ``vs_ref.median_ms_processes``,
-    ``vs_ref.peak_bytes``, ``vs_ref.macs``, ``vs_ref.params``."""
+    ``vs_ref.median_ms_ci_low``, ``vs_ref.median_ms_ci_high``, ``vs_ref.median_ms_level``, ``vs_ref.median_ms_over``,
+    ``vs_ref.median_ms_verdict``, ``vs_ref.peak_bytes``, ``vs_ref.macs``, ``vs_ref.params``."""
     flat: dict[str, Any] = {"vs_ref.line": entry["line"]}
     for m in RATIO_METRICS:
         v = entry.get(m) or {}
         flat[f"vs_ref.{m}"] = v.get("ratio")
         if m == "median_ms":
-            flat.update({f"vs_ref.{m}_{k}": v.get(k) for k in ("ci_low", "ci_high", "processes")})
+            flat.update({f"vs_ref.{m}_{k}": v.get(k) for k in ("ci_low", "ci_high", "level", "over", "verdict")})
     return flat

@@ -232,11 +232,12 @@ def line_text(lf: LineFinding, axis: str | None) -> str:
 
 
 def _inverse(r: Ratio | None) -> Ratio | None:
-    """The same comparison read the other way round (b ÷ a): ``1/value`` with the interval's ends swapped."""
+    """The same comparison read the other way round (b ÷ a): ``1/value`` with the interval's ends swapped (and its
+    :class:`~harness.analysis.comparison.Comparison` inverted)."""
     if r is None:
         return None
     lo, hi = (1 / r.hi, 1 / r.lo) if r.lo and r.hi else (None, None)
-    return Ratio(1 / r.value, lo, hi, r.processes)
+    return Ratio(1 / r.value, lo, hi, r.processes, r.comparison.inverse() if r.comparison is not None else None)
 
 
 def against(c: Contrast, reference: str) -> Contrast:
@@ -302,6 +303,10 @@ def headline_lines(f: Findings, sbs: SideBySide | None = None) -> list[str]:
     return out
 
 
+VERDICT_CELL = {"faster": "green", "slower": "red", "same": "dim"}
+"""A time ratio's style by its comparison's verdict (the line against the reference)."""
+
+
 def side_by_side_table(t: PointTable) -> Table:
     """One sweep point's lines against the reference (:mod:`reports.side_by_side`): a row per line, sorted by
     time, ★ on the best figure of each column, † on a line another Pareto-dominates (the notes name which)."""
@@ -315,7 +320,8 @@ def side_by_side_table(t: PointTable) -> Table:
         cells: list[RenderableType] = [Text(name, style="bold" if r.reference else ("dim" if r.dominated_by else ""))]
         for kind, metric in cols:
             if kind == "ratio":
-                cells.append(Text(sbs_view.ratio_cell(r, metric)))
+                verdict = sbs_view.time_verdict(r) if metric == "median_ms" else ""
+                cells.append(Text(sbs_view.ratio_cell(r, metric), style=VERDICT_CELL.get(verdict, "")))
             elif metric in r.best:
                 cells.append(Text(f"{sbs_view.figure_cell(r, metric)} {BEST_MARK}", style="bold green"))
             else:

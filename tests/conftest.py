@@ -44,7 +44,7 @@ SLOW_MODULES_FIRST = ("test_claims_round3_c02", "test_executor_ray", "test_execu
                       "test_report_browser", "test_concurrent_runs", "test_faults_pg", "test_report", "test_resume",
                       "test_faults", "test_pytest_plugin", "test_vision", "test_ab_versions", "test_cli",
                       "test_timm_models", "test_roofline", "test_vision_zoo",
-                      "test_packaging", "test_claims_cost", "test_transformer")
+                      "test_packaging", "test_claims_cost", "test_transformer", "test_side_by_side")
 """The modules that take longest (`pytest --durations`, summed per module, 2 cores; re-ranked in round 6 from a fresh
 clone's `make test` at 578fc40, test_executor less what round 6 saved), longest first: `make test`'s
 parallel phase hands out whole modules (``--dist loadfile``) in the order of the collection
