@@ -216,7 +216,8 @@ def vit_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("vit")
     url = f"sqlite:///{tmp / 'results.sqlite'}"
     result = invoke_fresh("run", "suites/vit_vs_cnn", "--quick", "--store", url, "--no-calibrate",
-                    "-o", str(tmp / "run.html"))
+                          "--timeout", "1800", "-o", str(tmp / "run.html"))     # a loaded machine: no case times out
+    (tmp / "summary.txt").write_text(result.stdout)    # kept for a failure's reading
     assert result.exit_code == 0, result.output
     return tmp, url, result
 
@@ -231,10 +232,11 @@ def _row(text: str, table_at: str, line: str) -> list[str]:
 def test_vit_vs_cnn_summary_leads_with_the_ratios_the_comparison_computes(vit_run):
     tmp, url, result = vit_run
     out = result.stdout
-    assert out.index("side by side at batch_size=1") < out.index("side by side at batch_size=8") \
-        < out.index("vit-b16: time")                   # the table leads; the exponents stay below it
+    fits = re.search(r"^  vit-b16: ", out, re.M)      # how the line scales with the batch (or why it has no fit)
+    assert fits, out
+    assert out.index("side by side at batch_size=1") < out.index("side by side at batch_size=8") < fits.start(), out
     assert "reference: resnet50 (the suite's reference)" in out
-    assert " vs " not in out.split("side by side at batch_size=8", 1)[1].split("timing intervals")[-1]
+    assert not re.search(r"^  (at b=\d+, )?\S+ vs \S+ \(", out, re.M), out       # no pair picked from the seven
     store = Store(url, create=False)
     run = store.get_run("latest")
     records = store.records(run.id)
