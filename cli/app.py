@@ -35,7 +35,8 @@ SHORT_HELP: dict[str, str] = {
     "export": "Export one run: JSON (one object per case), CSV (the same, flattened), Parquet (the CSV's table), tidy "
               "CSV (one row per case × metric) or pytest-benchmark's JSON (for `pytest-benchmark compare` and "
               "github-action-benchmark's `tool: pytest`).",
-    "compare": "Compare RUN_B against RUN_A case by case: ratio of medians B/A, 95% bootstrap CI, verdict.",
+    "compare": "Compare RUN_B against RUN_A case by case: ratio of medians B/A, its 95% interval (over processes "
+               "where both were measured in several), verdict (same only when the whole interval lies within 5%).",
     "merge": "Add the runs and cases of other stores (e.g. the local file a run kept while its store was down) to "
              "this store: runs matched by id and cases by key, so merging twice adds nothing.",
     "baseline": "Measure SUITE and write a baseline: every case's deterministic metrics (MACs, params, analytic and "
