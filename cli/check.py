@@ -2,9 +2,9 @@
 another commit of the code measured in the same job (``--against REF``)."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -14,9 +14,9 @@ from cli.common import (check_processes, debug_option, err, load_plugins, out, p
 from harness.engine.ab import interleave_versions, worktree
 from harness.engine.env import fingerprint
 from harness.contract.errors import BenchInputError
-from harness.executors import EXECUTORS, make_executor
+from harness.executors import EXECUTORS
 from harness.contract.records import FAILED, CaseRecord, RunRecord
-from harness.engine.replicate import GATE_PROCESSES
+from harness.engine.replicate import GATE_PROCESSES, add_processes
 from harness.engine.run import Run, run_options
 from harness.engine.runner import RunOptions
 from harness.contract.spec import Case
@@ -24,7 +24,9 @@ from harness.store.db import Store
 from harness.contract.suite import Suite, load_suite, parse_set
 from reports.check.baseline import (append_occasions, baseline_document, load_baseline, parse_baseline,
                                     process_medians_ms, write_document)
-from reports.check.render import check_table, headline, markdown, power_line
+from harness.analysis.comparison import FLOOR
+from reports.check.adaptive import Reach, measure_until
+from reports.check.render import check_table, headline, markdown, power_line, reach_lines
 from reports.check.report import CheckReport, check_run
 from reports.check.timing import busy_note, n_processes
 from reports.labels import case_labels
@@ -132,15 +134,14 @@ def _appendable(path: str) -> dict | None:
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
-def _remeasure(cases: list[Case], opts: RunOptions, executor: str) -> dict[str, CaseRecord]:
-    """The inconclusive cases measured once more, side by side in one worker, with twice the sampling time."""
-    longer = dataclasses.replace(opts, interleave=True, timing=dataclasses.replace(
-        opts.timing, min_time_s=2 * opts.timing.min_time_s, max_time_s=2 * opts.timing.max_time_s))
-    ex = make_executor(executor)
-    try:
-        return {r.case_key: r for r in ex.run(cases, longer)}
-    finally:
-        ex.close()
+TARGET_MDE = 20.0
+"""``bench check --target-mde`` (percent): measure a case in more processes until it could see a slowdown this
+large (README, CI guide: the measurements behind it)."""
+BUDGET_S = 240.0
+"""``bench check --budget`` (seconds): the check adds processes only while it is predicted to end within this."""
+EXIT_BLIND = 3
+"""Exit status of a check that could not see the slowdown ``--max-mde`` asks for (0 passed, 1 failed, 2 bad
+input)."""
 
 
 @click.command("check")
@@ -159,17 +160,39 @@ def _remeasure(cases: list[Case], opts: RunOptions, executor: str) -> dict[str, 
                    "hardware and software); --no-gate-timing gates only the deterministic metrics.")
 @click.option("--executor", type=click.Choice(sorted(EXECUTORS)), default="process", show_default=True)
 @processes_option(GATE_PROCESSES, _PROCESSES_WHY)
+@click.option("--target-mde", type=float, default=TARGET_MDE, show_default=True, metavar="PCT",
+              help="Measure a case whose timing is inconclusive in more processes until it could see a slowdown "
+                   "of PCT percent (its MDE), or --budget is spent.")
+@click.option("--budget", type=float, default=BUDGET_S, show_default=True, metavar="SECONDS",
+              help="Add processes only while the whole check is predicted to end within this (0: never add).")
+@click.option("--max-mde", type=float, default=None, metavar="PCT",
+              help=f"Fail (exit {EXIT_BLIND}) when a timing is left inconclusive and could not see a slowdown of PCT "
+                   "percent: a blind check is never a pass.")
 @store_option
 @plugin_option
 @debug_option
 def check_cmd(suite_ref: str, baseline_path: str | None, ref: str | None, quick: bool, sets: tuple[str, ...],
               markdown_path: str | None, gate_timing: bool | None, executor: str, processes: int | None,
-              store_url: str | None, plugins: tuple[str, ...], debug: bool) -> None:
+              target_mde: float, budget: float, max_mde: float | None, store_url: str | None,
+              plugins: tuple[str, ...], debug: bool) -> None:
     """Measure SUITE again and give each case a verdict against a baseline: deterministic metrics must be
-    equal, timings regressed / improved / unchanged / inconclusive (inconclusive ones are measured once more).
-    Exits 1 when a case regressed, changed or failed; 0 otherwise; 2 on bad input."""
+    equal; a timing is unchanged only when its whole 95 % interval lies within 5 %, regressed or improved when
+    shown beyond it, else inconclusive with the smallest slowdown it could see (MDE). Inconclusive cases are
+    measured in more processes until their MDE is --target-mde or --budget is spent.
+    Exit status: 0 passed; 1 a case regressed, changed, failed or is missing; 2 bad input; 3 (--max-mde) a
+    timing could not see a slowdown of that size."""
     if (baseline_path is None) == (ref is None):
         raise click.UsageError("give exactly one of --baseline FILE.json and --against GIT_REF")
+    if not target_mde > 100 * FLOOR:
+        raise BenchInputError(f"--target-mde must be above the {100 * FLOOR:.0f} % floor (no check sees a change "
+                              f"it does not count), got {target_mde:g}", where="--target-mde")
+    if budget < 0:
+        raise BenchInputError(f"--budget must be 0 or more seconds, got {budget:g}", where="--budget")
+    if max_mde is not None and not max_mde > 0:
+        raise BenchInputError(f"--max-mde must be a positive percentage, got {max_mde:g}", where="--max-mde")
+    started = time.monotonic()
+    grow = dict(target=target_mde / 100, budget_s=budget, started=started,
+                say=lambda m: err.print(m, highlight=False))
     plugin_files = load_plugins(plugins)
     suite = load_suite(suite_ref, quick=quick, sets=parse_set(sets))
     cases = list(suite.cases)
@@ -188,40 +211,69 @@ def check_cmd(suite_ref: str, baseline_path: str | None, ref: str | None, quick:
         err.print(_spending(len(cases), processes))
         run, records = _measure(store, suite, cases, opts, executor, quick, "bench check")
         report = check_run(baseline, run, records, gate_timing=gate_timing)
-        todo = [c for c in cases if c.key in set(report.inconclusive_keys())]
-        if todo:
-            err.print(f"{len(todo)} inconclusive case(s): measuring them once more, side by side")
-            report = check_run(baseline, run, records, gate_timing=gate_timing,
-                               remeasured=_remeasure(todo, opts, executor))
+        cand = {r.case_key: r for r in records}
+
+        def more(keys: list[str]) -> CheckReport:      # the candidate's cases in one more batch of processes
+            nonlocal report
+            _, extra = _measure(store, suite, [c for c in cases if c.key in keys], opts, executor, quick,
+                                "bench check (more processes)")
+            for rec in extra:
+                cand[rec.case_key] = add_processes(cand[rec.case_key], rec)
+                new = cand[rec.case_key]
+                if new.ok and new.samples_s:
+                    report = report.replace_timing(rec.case_key, new.samples_s, new.rounds, busy=busy_note(new),
+                                                   cand_processes=n_processes(new))
+            return report
+        report, reach = measure_until(report, more, per_case_s=(time.monotonic() - started) / max(1, len(cases)),
+                                      **grow)
     else:
-        report = _check_against(store, suite, cases, opts, quick, ref, gate_timing)
-    _render(report, markdown_path)
-    sys.exit(1 if report.failed else 0)
+        report, reach = _check_against(store, suite, cases, opts, quick, ref, gate_timing, grow, started)
+    _render(report, reach, markdown_path)
+    blind = report.blind(max_mde / 100) if max_mde is not None else []
+    if blind and not report.failed:
+        worst = max(blind, key=lambda r: r.timing.mde)
+        err.print(f"bench check: {len(blind)} timing(s) could not see a {max_mde:g} % slowdown (--max-mde), worst "
+                  f"{worst.name} at MDE {100 * worst.timing.mde:.0f} %: exit {EXIT_BLIND}", highlight=False,
+                  soft_wrap=True)
+    sys.exit(1 if report.failed else EXIT_BLIND if blind else 0)
+
+
+def _open_sides(store: Store, suite: Suite, cases: list[Case], quick: bool, ref: str, by: str) -> list[Run]:
+    """Two stored runs, REF's (baseline) and this checkout's (candidate), for ``cases`` measured side by side."""
+    sides: list[Run] = []
+    for side, label in ((0, f"{suite.name}@{ref}"), (1, suite.name)):
+        env = fingerprint(threads=max(c.workload.threads or 0 for c in cases) or None)
+        if side == 0:
+            env["soft"] = {**env["soft"], "commit": ref, "dirty": False}
+        sides.append(Run.open(store, label, cases, quick=quick, env=env, options={"by": by, "ref": ref},
+                              suite_path=suite.path, suite_text=suite.text, spec=suite.spec))
+    return sides
+
+
+def _interleaved(store: Store, suite: Suite, cases: list[Case], opts: RunOptions, quick: bool, ref: str, tree: Path,
+                 by: str, seed: int = 0) -> tuple[dict[int, RunRecord], list[tuple[CaseRecord, CaseRecord]]]:
+    """REF's code and this checkout's, per case in alternating workers (``opts.processes`` a version, at least two);
+    both versions' records stored as each pair ends, in two runs."""
+    sides = _open_sides(store, suite, cases, quick, ref, by)
+
+    def on_pair(b: CaseRecord, c: CaseRecord) -> None:
+        sides[0].add(b)
+        sides[1].add(c)
+        err.print(f"  {c.line} {c.arch}: {b.status}/{c.status}", highlight=False)
+    with sides[0], sides[1]:
+        pairs = interleave_versions(cases, opts, tree, seed=seed, processes=max(2, opts.processes), on_pair=on_pair)
+    return {0: sides[0].record(), 1: sides[1].record()}, pairs
 
 
 def _check_against(store: Store, suite: Suite, cases: list[Case], opts: RunOptions, quick: bool, ref: str,
-                   gate_timing: bool | None) -> CheckReport:
-    """REF's code and this checkout's, per case in alternating workers; both runs stored; timings paired."""
+                   gate_timing: bool | None, grow: dict, started: float) -> tuple[CheckReport, tuple[Reach, ...]]:
+    """REF's code and this checkout's, per case in alternating workers; both runs stored; timings paired; the
+    cases that cannot yet see ``--target-mde`` measured in more pairs of processes (:func:`measure_until`)."""
     with worktree(ref) as tree:
         err.print(_spending(len(cases), max(2, opts.processes)).replace("processes each", "processes per version"))
         err.print(f"measuring {len(cases)} cases with {ref} (baseline) and this checkout (candidate), "
                   "alternating round by round")
-        sides: list[Run] = []
-        for side, label in ((0, f"{suite.name}@{ref}"), (1, suite.name)):
-            env = fingerprint(threads=max(c.workload.threads or 0 for c in cases) or None)
-            if side == 0:
-                env["soft"] = {**env["soft"], "commit": ref, "dirty": False}
-            sides.append(Run.open(store, label, cases, quick=quick, env=env,
-                                  options={"by": "bench check --against", "ref": ref}, suite_path=suite.path,
-                                  suite_text=suite.text, spec=suite.spec))
-
-        def on_pair(b: CaseRecord, c: CaseRecord) -> None:      # both versions' records stored as each pair ends
-            sides[0].add(b)
-            sides[1].add(c)
-            err.print(f"  {c.line} {c.arch}: {b.status}/{c.status}", highlight=False)
-        with sides[0], sides[1]:
-            pairs = interleave_versions(cases, opts, tree, processes=max(2, opts.processes), on_pair=on_pair)
-        runs = {0: sides[0].record(), 1: sides[1].record()}
+        runs, pairs = _interleaved(store, suite, cases, opts, quick, ref, tree, "bench check --against")
         base_records, cand_records = [p[0] for p in pairs], [p[1] for p in pairs]
         for b, label in zip(base_records, case_labels(base_records)):
             if b.status in FAILED:
@@ -231,32 +283,32 @@ def _check_against(store: Store, suite: Suite, cases: list[Case], opts: RunOptio
         doc["suite"] = suite.name                    # stored as SUITE@REF, a baseline of SUITE
         baseline = parse_baseline(doc, f"{ref} (measured now)")
         report = check_run(baseline, runs[1], cand_records, gate_timing=gate_timing, paired=True)
-        todo = [case for case in cases if case.key in set(report.inconclusive_keys())]
-        if todo:
-            err.print(f"{len(todo)} inconclusive case(s): measuring both versions of them once more")
-            report = _pair(report, interleave_versions(todo, opts, tree, seed=1, processes=max(2, opts.processes)))
-    return report
+        held = {c.case_key: (b, c) for b, c in pairs}
+        batch = 0
+
+        def more(keys: list[str]) -> CheckReport:   # both versions of these cases in one more batch of process pairs
+            nonlocal report, batch
+            batch += 1
+            _, extra = _interleaved(store, suite, [c for c in cases if c.key in keys], opts, quick, ref, tree,
+                                    "bench check --against (more processes)", seed=batch)
+            for b, c in extra:
+                ob, oc = held[c.case_key]
+                held[c.case_key] = nb, nc = add_processes(ob, b), add_processes(oc, c)
+                report = _pair(report, [(nb, nc)])
+            return report
+        return measure_until(report, more, per_case_s=(time.monotonic() - started) / max(1, len(cases)), **grow)
 
 
-def _pair(report: CheckReport, pairs: list[tuple[CaseRecord, CaseRecord]]) -> CheckReport:
-    """Each case's timing re-judged on both versions measured again, in the same rounds (paired)."""
-    for base, cand in pairs:
-        if base.ok and cand.ok and base.rounds and len(base.rounds) == len(cand.rounds) >= 2:
-            report = report.replace_timing(cand.case_key, cand.samples_s, cand.rounds,
-                                           paired_base=(base.samples_s, base.rounds),
-                                           busy=busy_note(cand) or busy_note(base),
-                                           cand_processes=n_processes(cand), base_processes=n_processes(base))
-    return report
-
-
-def _render(report: CheckReport, markdown_path: str | None) -> None:
+def _render(report: CheckReport, reach: tuple[Reach, ...], markdown_path: str | None) -> None:
     for w in report.warnings:
         err.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
     out.print(check_table(report))
     out.print(headline(report), highlight=False)
     out.print(power_line(report), highlight=False, soft_wrap=True)
+    for line in reach_lines(reach):
+        out.print(line, highlight=False, soft_wrap=True)
     if markdown_path:
-        _write(markdown_path, markdown(report), "--markdown")
+        _write(markdown_path, markdown(report, reach), "--markdown")
         err.print(f"wrote {markdown_path}")
 
 

@@ -1,7 +1,9 @@
 """A test-only plug-in architecture (`drifty`) whose cost changes by environment variable, so a case keeps its
 identity (its case key) while its code "changes" between a baseline and a check:
 
-- ``BENCH_TEST_PAUSE_MS``: a busy-wait of that many milliseconds in forward (a slowdown no counter sees);
+- ``BENCH_TEST_PAUSE_MS``: a busy-wait of that many milliseconds in forward (a slowdown no counter sees); with
+  ``BENCH_TEST_PAUSE_ONLY_IN`` set, only in a process whose working directory is that one (`bench check
+  --against` runs each version's workers in its own checkout: the candidate alone is slowed);
 - ``BENCH_TEST_WIDEN``: the hidden layer this many times wider (MACs, parameters and memory change).
 
 Its ``luck_ms`` (with ``luck_file``) gives each process its own luck: the k-th process to run a forward (counted in
@@ -53,6 +55,13 @@ def _spin(ms: float) -> None:
         pass
 
 
+def _pause_ms() -> float:
+    only = os.environ.get("BENCH_TEST_PAUSE_ONLY_IN")
+    if only and os.path.realpath(os.getcwd()) != os.path.realpath(only):
+        return 0.0
+    return float(os.environ.get("BENCH_TEST_PAUSE_MS", "0"))
+
+
 class Drifty(nn.Module):
     def __init__(self, cfg: DriftyConfig) -> None:
         super().__init__()
@@ -63,7 +72,7 @@ class Drifty(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, width) -> (B, width)
         if not is_fake(x):
             luck = self.cfg.luck_ms * _process_luck(self.cfg.luck_file) if self.cfg.luck_ms else 0.0
-            _spin(self.cfg.base_ms + luck + float(os.environ.get("BENCH_TEST_PAUSE_MS", "0")))
+            _spin(self.cfg.base_ms + luck + _pause_ms())
         return self.down(torch.relu(self.up(x)))
 
 

@@ -64,8 +64,10 @@ def _check(gate: dict[str, str], *extra: str, env: dict[str, str] | None = None,
     the inline executor measures in bench's own process either way; a `bench` process per check only added ~3 CPU-s
     of start-up to the serial phase)."""
     md = str(Path(gate["dir"]) / "check.md")
+    budget = () if "--budget" in extra else ("--budget", "30")       # a test's check adds processes for 30 s at most
     return invoke_fresh("check", gate["suite"], "--quick", "--baseline", baseline or gate["baseline"], "--plugin",
-                        PLUGIN, "--executor", "inline", "--store", gate["store"], "--markdown", md, *extra, env=env)
+                        PLUGIN, "--executor", "inline", "--store", gate["store"], "--markdown", md, *budget, *extra,
+                        env=env)
 
 
 def test_the_baseline_holds_deterministic_metrics_timings_and_the_environment(gate):
@@ -94,7 +96,7 @@ def test_an_a_a_rerun_is_not_a_regression(gate):
         _baseline(gate, again)
         res = _check(gate, baseline=again)
     assert res.exit_code == 0, res.stdout + res.stderr
-    assert "no regression" in res.stdout
+    assert "unchanged within 5 %" in res.stdout or "no regression seen (could see ≥ " in res.stdout
 
 
 @pytest.mark.serial
@@ -139,6 +141,36 @@ def test_bad_input_is_one_line_and_exit_2(gate, tmp_path, cli, monkeypatch):
         assert res.stderr.startswith("bench: error") and len(res.stderr.strip().splitlines()) == 1, res.stderr
     res = cli("check", "ci", "--quick", "--baseline", gate["baseline"], "--store", gate["store"])
     assert res.exit_code == 2 and "suite 'gate'" in res.stderr
+    for args in (("--target-mde", "5"), ("--budget", "-1"), ("--max-mde", "0")):
+        res = cli("check", gate["suite"], "--quick", "--baseline", gate["baseline"], "--plugin", PLUGIN, "--store",
+                  gate["store"], *args)
+        assert res.exit_code == 2 and len(res.stderr.strip().splitlines()) == 1, (args, res.stderr)
+
+
+def test_max_mde_fails_a_blind_check_with_its_own_exit_status(gate):
+    """A baseline whose rounds spread over 3× (rewritten from the measured one) leaves every timing inconclusive
+    and unable to see a 10 % slowdown: without --max-mde the check passes and says what it could not see; with it,
+    exit 3 and one line saying why; nothing is added (--budget 0)."""
+    doc = json.loads(Path(gate["baseline"]).read_text())
+    for case in doc["cases"]:
+        t = case["timing"]
+        per = t["rounds"]
+        factors = [0.5, 2.0, 0.6, 1.7, 1.0][:len(per)]
+        out, i = [], 0
+        for n, f in zip(per, factors):
+            out += [s * f for s in t["samples_s"][i:i + n]]
+            i += n
+        t["samples_s"] = out
+    blind = Path(gate["dir"]) / "blind.json"
+    blind.write_text(json.dumps(doc))
+    res = _check(gate, "--budget", "0", baseline=str(blind))
+    assert res.exit_code == 0, res.stdout + res.stderr
+    assert "no regression seen (could see ≥ " in res.stdout
+    assert not any(line.startswith("✅") for line in res.stdout.splitlines())
+    res = _check(gate, "--budget", "0", "--max-mde", "10", baseline=str(blind))
+    assert res.exit_code == 3, res.stdout + res.stderr
+    why = [x for x in res.stderr.splitlines() if x.startswith("bench check:")]
+    assert len(why) == 1 and "could not see a 10 % slowdown (--max-mde)" in why[0] and "exit 3" in why[0]
 
 
 @pytest.mark.serial
@@ -149,9 +181,10 @@ def test_check_against_a_git_ref_times_both_versions_in_this_job(gate):
     one = Path(gate["dir"]) / "gate-narrow.toml"
     one.write_text(SUITE.split("wide =")[0])
     res = _bench("check", str(one), "--quick", "--against", "HEAD", "--plugin", PLUGIN, "--store", gate["store"],
-                 "--processes", "2")
+                 "--processes", "2", "--budget", "60")
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "paired" in res.stdout and "no regression" in res.stdout and "error" not in res.stderr
+    assert "paired" in res.stdout and "error" not in res.stderr
+    assert "unchanged within 5 %" in res.stdout or "no regression seen (could see ≥ " in res.stdout
 
 
 def test_export_for_pytest_benchmark(gate, cli):

@@ -47,7 +47,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from harness.analysis.process_stats import (N_BOOT, POWER, occasion_ratio, paired_process_ratio, process_groups,
-                                            process_ratio)
+                                            process_ratio, process_summary)
 from harness.analysis.stats import _t_ppf, paired_ratio, round_medians
 from harness.contract.records import CaseRecord
 
@@ -102,7 +102,8 @@ class Comparison:
     geometric mean of the unit medians, or the samples' medians), its interval at ``confidence``, the ``level`` it
     covers (one of :data:`LEVELS`) with ``n_a``/``n_b`` units a side at that level, the ``verdict`` (one of
     :data:`VERDICTS`, by the rule in the module docstring), the smallest slowdown it could have seen (``mde``,
-    a fraction), and the test behind them (``se_log``, ``df``, ``significant`` at ``alpha``)."""
+    a fraction), the test behind them (``se_log``, ``df``, ``significant`` at ``alpha``), and the MDE it could
+    come to with ever more units measured on B's side (``reachable_mde``)."""
 
     ratio: float
     ci_low: float
@@ -121,6 +122,11 @@ class Comparison:
     b_ms: float = math.nan
     confidence: float = CONFIDENCE
     alpha: float = ALPHA
+    reachable_mde: float = FLOOR   # the MDE with ever more units on B's side alone (A's spread stays): see below
+
+    # ``reachable_mde``: paired, both sides grow together (``bench check --against``) and the MDE can come down to
+    # the floor; unpaired, A is fixed (a baseline file): its part of the standard error, on its degrees of freedom,
+    # stays however many processes B adds — few occasions or processes in the baseline hold the MDE up.
 
     def inverse(self) -> Comparison:
         """A over B: the same comparison read the other way (interval flipped, regressed ↔ improved)."""
@@ -192,9 +198,10 @@ def mde(se_log: float, df: float, floor: float = FLOOR, alpha: float = ALPHA) ->
 
 def from_log(log_r: float, se_log: float, df: float, *, level: str, n_a: int, n_b: int, paired: bool = False,
              a_ms: float = math.nan, b_ms: float = math.nan, floor: float = FLOOR, alpha: float = ALPHA,
-             confidence: float = CONFIDENCE) -> Comparison:
+             confidence: float = CONFIDENCE, fixed: tuple[float, float] | None = None) -> Comparison:
     """The comparison of a log ratio ``log_r`` with standard error ``se_log`` on Student's t with ``df`` degrees
-    of freedom: the interval at ``confidence``, the test at ``alpha``, the verdict and the MDE."""
+    of freedom: the interval at ``confidence``, the test at ``alpha``, the verdict and the MDE. ``fixed``: (se, df)
+    of the part that more units on B's side cannot shrink (unpaired: A's own), for ``reachable_mde``."""
     if level not in LEVELS:
         raise ValueError(f"unknown level {level!r}: one of {', '.join(LEVELS)}")
     t_show = _t_ppf(0.5 + confidence / 2.0, df) if se_log > 0 else 0.0
@@ -204,7 +211,8 @@ def from_log(log_r: float, se_log: float, df: float, *, level: str, n_a: int, n_
     ratio = math.exp(log_r)
     return Comparison(ratio, lo, hi, level, n_a, n_b, judge(ratio, lo, hi, significant, floor),
                       mde(se_log, df, floor, alpha), floor, se_log, df, significant, paired, a_ms, b_ms,
-                      confidence, alpha)
+                      confidence, alpha, min(mde(*fixed, floor, alpha), mde(se_log, df, floor, alpha))
+                      if fixed is not None else floor)
 
 
 def _gmean_ms(values_s: Sequence[float]) -> float:
@@ -224,12 +232,17 @@ def _welch(la: np.ndarray, lb: np.ndarray) -> tuple[float, float]:
     return se, df
 
 
-def _bootstrap_se(a: np.ndarray, b: np.ndarray, n_boot: int, seed: int) -> float:
-    """Standard error of log(median(b) / median(a)), each side resampled apart (seeded)."""
+def _log_medians(x: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """``n_boot`` bootstrap replicates of log(median(x))."""
+    return np.log(np.median(x[rng.integers(0, x.size, size=(n_boot, x.size))], axis=1))
+
+
+def _bootstrap_se(a: np.ndarray, b: np.ndarray, n_boot: int, seed: int) -> tuple[float, float]:
+    """Standard errors of log(median(b) / median(a)) and of log(median(a)) alone, each side resampled apart
+    (seeded)."""
     rng = np.random.default_rng(seed)
-    ma = np.median(a[rng.integers(0, a.size, size=(n_boot, a.size))], axis=1)
-    mb = np.median(b[rng.integers(0, b.size, size=(n_boot, b.size))], axis=1)
-    return float(np.log(mb / ma).std(ddof=1))
+    la = _log_medians(a, n_boot, rng)
+    return float((_log_medians(b, n_boot, rng) - la).std(ddof=1)), float(la.std(ddof=1))
 
 
 def compare_timings(a: Timing, b: Timing, *, paired: bool = False, floor: float = FLOOR, alpha: float = ALPHA,
@@ -252,8 +265,9 @@ def compare_timings(a: Timing, b: Timing, *, paired: bool = False, floor: float 
         pr = (paired_process_ratio if pair else process_ratio)(ga, gb, alpha=alpha, confidence=confidence,
                                                                n_boot=n_boot, seed=seed)
         ma, mb = _medians(ga), _medians(gb)
+        fixed = None if pair else (process_summary(ga, confidence, n_boot, seed).se_log, float(len(ga) - 1))
         return from_log(math.log(pr.ratio), pr.se_log, pr.df, level="processes", n_a=len(ga), n_b=len(gb),
-                        paired=pair, a_ms=_gmean_ms(ma), b_ms=_gmean_ms(mb), **kw)
+                        paired=pair, a_ms=_gmean_ms(ma), b_ms=_gmean_ms(mb), fixed=fixed, **kw)
     ra, rb = a.round_medians(), b.round_medians()
     if paired and len(a.rounds) == len(b.rounds) >= 2:
         pr = paired_ratio(b.samples_s, b.rounds, a.samples_s, a.rounds)          # B over A, per round
@@ -266,16 +280,18 @@ def compare_timings(a: Timing, b: Timing, *, paired: bool = False, floor: float 
     if len(ra) >= 2 and len(rb) >= 2:
         la, lb = np.log(ra), np.log(rb)
         se, df = _welch(la, lb)
+        fixed = (float(la.std(ddof=1)) / math.sqrt(la.size), float(la.size - 1))
         return from_log(float(lb.mean() - la.mean()), se, df, level="rounds", n_a=len(ra), n_b=len(rb),
-                        a_ms=_gmean_ms(ra), b_ms=_gmean_ms(rb), **kw)
+                        a_ms=_gmean_ms(ra), b_ms=_gmean_ms(rb), fixed=fixed, **kw)
     xa, xb = np.asarray(a.samples_s, dtype=np.float64), np.asarray(b.samples_s, dtype=np.float64)
     med_a, med_b = float(np.median(xa)), float(np.median(xb))
     if med_a <= 0 or med_b <= 0:
         raise ValueError("a comparison needs positive medians on both sides")
-    se = _bootstrap_se(xa, xb, n_boot, seed) if xa.size > 1 or xb.size > 1 else math.inf
+    se, se_a = _bootstrap_se(xa, xb, n_boot, seed) if xa.size > 1 or xb.size > 1 else (math.inf, math.inf)
     df = float(max(1, min(xa.size, xb.size) - 1))
+    fixed = (se_a, float(max(1, xa.size - 1)))
     return from_log(math.log(med_b / med_a), se, df, level="one process", n_a=int(xa.size), n_b=int(xb.size),
-                    a_ms=med_a * 1e3, b_ms=med_b * 1e3, **kw)
+                    a_ms=med_a * 1e3, b_ms=med_b * 1e3, fixed=fixed, **kw)
 
 
 def compare_occasions(a_occasions_ms: Sequence[Sequence[float]], b_ms: Sequence[float], *, floor: float = FLOOR,
@@ -284,8 +300,12 @@ def compare_occasions(a_occasions_ms: Sequence[Sequence[float]], b_ms: Sequence[
     per-process medians, ms): :func:`harness.analysis.process_stats.occasion_ratio`, level ``occasions``."""
     r = occasion_ratio(a_occasions_ms, b_ms, alpha=alpha, confidence=confidence)
     a_ms = float(np.exp(np.mean([np.mean(np.log(o)) for o in a_occasions_ms if len(o)])))
+    n_a = float(np.mean([len(o) for o in a_occasions_ms if len(o)]))
+    s_o2, s_p2 = r.occasion_sd ** 2, r.process_sd ** 2          # se² less its s_p²/N_c term (more B processes)
+    fixed = math.sqrt(max(s_o2 - s_p2 / n_a, 0.0) + s_o2 / r.n_occasions)
     return from_log(math.log(r.ratio), r.se_log, r.df, level="occasions", n_a=r.n_occasions, n_b=1, a_ms=a_ms,
-                    b_ms=float(np.exp(np.mean(np.log(b_ms)))), floor=floor, alpha=alpha, confidence=confidence)
+                    b_ms=float(np.exp(np.mean(np.log(b_ms)))), floor=floor, alpha=alpha, confidence=confidence,
+                    fixed=(fixed, r.df))
 
 
 def compare_samples(a_samples: Sequence[float], b_samples: Sequence[float], **kw: float) -> Comparison:

@@ -2,8 +2,9 @@
 worker process (:mod:`harness.engine.ab_worker`), alternating in rounds per case, a fresh random order per round.
 
 Noise between machines (or between two CI jobs) dwarfs noise within one job, so ``bench check --against REF``
-measures the baseline and the candidate in the same job, interleaved: round i of both sides ran back to back
-and :func:`harness.analysis.stats.paired_ratio` cancels what drifted in between. REF runs with this environment's
+measures the baseline and the candidate in the same job, interleaved: round i of both sides ran back to back, and
+the comparison over the pairs of processes (:func:`harness.analysis.comparison.compare_timings`, paired) cancels
+what drifted in between. REF runs with this environment's
 packages (no second install). REF must have the worker: ``harness/engine/ab_worker.py``, or ``harness/ab_worker.py``
 in the commits from ``--against``'s first until the harness was regrouped into folders.
 """
@@ -143,7 +144,8 @@ PROCESSES = 2
 """Worker processes per version when the caller names none (``bench check --against`` passes its ``--processes``,
 default :data:`harness.engine.replicate.GATE_PROCESSES`). Rounds alternate between them: a process's own luck (memory
 layout, where its threads run) moves a small model's time by tens of percent from one process to the next, so the
-gate's test is over processes (:func:`harness.analysis.process_stats.process_ratio`), not over rounds or samples."""
+gate's test is over (paired) processes (:mod:`harness.analysis.comparison`), not over rounds or samples; ``bench
+check`` adds batches of them where a case cannot yet see the slowdown asked for (:mod:`reports.check.adaptive`)."""
 
 
 def interleave_versions(cases: Sequence[Case], opts: RunOptions, ref_tree: Path, here: Path = REPO, seed: int = 0,

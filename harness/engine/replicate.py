@@ -110,3 +110,30 @@ def merge_processes(parts: Sequence[CaseRecord]) -> CaseRecord:
     metrics["throughput_per_s"] = first.workload.get("batch_size", 1) / (metrics["median_ms"] / 1e3)
     return dataclasses.replace(first, samples_s=samples, rounds=rounds, metrics=metrics,
                                duration_s=sum(r.duration_s for r in parts))
+
+
+def add_processes(merged: CaseRecord, more: CaseRecord) -> CaseRecord:
+    """``merged`` (a case measured in P worker processes, :func:`merge_processes`) with the processes of ``more``
+    (the same case measured again in fresh ones, as many rounds each) after its own: what ``bench check`` does to
+    a case that could not yet see the slowdown it is asked to (:mod:`reports.check.adaptive`). A side that is not
+    ok decides the record, as in :func:`merge_processes`. Raises ValueError when the two do not cut into processes
+    of the same number of rounds (then the merged rounds could not be cut apart again)."""
+    if not merged.ok or not more.ok:
+        return merged if not merged.ok else more
+    n1, n2 = (max(1, int(r.metric("n_processes") or 1)) for r in (merged, more))
+    for r, n in ((merged, n1), (more, n2)):
+        if not r.samples_s or not r.rounds or sum(r.rounds) != len(r.samples_s) or len(r.rounds) % n:
+            raise ValueError(f"{r.case_key}: {n} process(es) whose rounds do not cut apart")
+    if len(merged.rounds) // n1 != len(more.rounds) // n2:
+        raise ValueError(f"{merged.case_key}: {len(merged.rounds) // n1} rounds a process, then "
+                         f"{len(more.rounds) // n2}")
+    samples, rounds = merged.samples_s + more.samples_s, merged.rounds + more.rounds
+    metrics = {k: v for k, v in merged.metrics.items() if not k.startswith("process_median_ms_")}
+    metrics.update(timing_metrics(samples, rounds, n1 + n2))
+    loads = [r.metric("load_others_cores") for r in (merged, more) if r.metric("load_others_cores") is not None]
+    if loads:
+        metrics["load_others_cores"] = max(loads)
+        metrics["load_busy"] = float(any(r.metric("load_busy") for r in (merged, more)))
+    metrics["throughput_per_s"] = merged.workload.get("batch_size", 1) / (metrics["median_ms"] / 1e3)
+    return dataclasses.replace(merged, samples_s=samples, rounds=rounds, metrics=metrics,
+                               duration_s=merged.duration_s + more.duration_s)

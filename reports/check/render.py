@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from rich.table import Table
 
+from reports.check.adaptive import Reach
 from reports.check.report import FAILING, VERDICTS, CheckReport, CheckRow
 from reports.check.timing import ALPHA, MIN_EFFECT
 
@@ -64,6 +65,15 @@ def power_line(report: CheckReport) -> str:
             f"{len(ts)} timings, {100 * worst.timing.mde:.0f}% at worst ({worst.name}); {basis}")
 
 
+def reach_lines(reach: Sequence[Reach]) -> list[str]:
+    """What measuring until it could see reached, per case that wanted more: ``measured until it could see: ...``."""
+    if not reach:
+        return []
+    met = sum(r.met for r in reach)
+    return [f"measured until it could see ({met} of {len(reach)} case(s) met the target):"] + \
+        [f"  {r.text}" for r in reach]
+
+
 def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:,.4g}"
 
@@ -75,7 +85,7 @@ def _cells(row: CheckRow) -> dict[str, str]:
     if t is not None and not row.timing_gated and t.verdict != "unchanged":
         extra.append(f"timing {t.verdict}, not gated")
     if row.remeasured:
-        extra.append("re-measured" + (", paired" if t is not None and t.paired else ""))
+        extra.append("more processes added")
     if t is not None and t.mde_text:
         extra.append(t.mde_text)
     status = "" if row.kind != "both" or row.status == row.base_status else f"{row.base_status} → {row.status}"
@@ -111,7 +121,7 @@ def _md_table(rows: Sequence[CheckRow]) -> list[str]:
     return out
 
 
-def markdown(report: CheckReport) -> str:
+def markdown(report: CheckReport, reach: Sequence[Reach] = ()) -> str:
     """What a pull-request comment shows: the headline, the warnings, the cases that are not ``ok``, then every
     case in a collapsible ``<details>`` block."""
     out = [f"### {headline(report)}", ""]
@@ -123,6 +133,9 @@ def markdown(report: CheckReport) -> str:
     commit = f" (commit `{report.baseline_commit[:10]}`)" if report.baseline_commit else ""
     out += [f"Suite `{report.suite}` against the baseline of {report.baseline_created or '?'}{commit}: {gate}; "
             f"{floor}.", "", power_line(report) + ".", ""]
+    lines = reach_lines(reach)
+    if lines:
+        out += [lines[0], "", *(f"- {_md_escape(x.strip())}" for x in lines[1:]), ""]
     if report.warnings:
         out += [f"> ⚠️ {_md_escape(w)}" for w in report.warnings]
         out.append("")

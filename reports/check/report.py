@@ -143,7 +143,7 @@ class CheckReport:
                                      base_processes=base_processes or row.base_processes,
                                      cand_processes=cand_processes, base_occasions_ms=row.base_occasions_ms)
         verdict = not_on_busy(verdict, busy)
-        notes = row.notes + ((busy,) if busy else ())
+        notes = row.notes + ((busy,) if busy and busy not in row.notes else ())
         new = dataclasses.replace(row, timing=verdict, remeasured=True, notes=notes)
         return dataclasses.replace(self, rows=tuple(new if r.case_key == case_key else r for r in self.rows))
 
