@@ -43,8 +43,8 @@ SHORT_HELP: dict[str, str] = {
                 "tensor-peak bytes), RSS, timings with their raw samples in rounds (per occasion, each process's "
                 "median), and the environment fingerprint.",
     "check": "Measure SUITE again and give each case a verdict against a baseline: deterministic metrics must be "
-             "equal, timings regressed / improved / unchanged / inconclusive (inconclusive ones are measured once "
-             "more).",
+             "equal; a timing is unchanged only when its whole 95 % interval lies within 5 %, regressed or improved "
+             "when shown beyond it, else inconclusive with the smallest slowdown it could see (MDE).",
     "report": "One self-contained HTML report of one or more runs (RUN: an id, an id prefix, or `latest`).",
     "claims": "Test the documents' claims (C01–C42): a verdict for each, with the figures that decided it, the device "
               "that measured them and their provenance.",
