@@ -28,8 +28,13 @@ from harness.analysis.comparison import FLOOR
 from reports.compare import compare_runs, env_differences, interleaved_rows, pair_records
 from reports.findings import run_findings
 from reports.labels import case_labels, case_params
+from reports.side_by_side import same_lines, side_by_side
 from reports.terminal import (cases_table, compare_table, findings_table, headline_lines, interleaved_table,
-                              runs_table)
+                              runs_table, side_by_side_view)
+
+SUMMARY_POINTS = 2
+"""``bench run``'s summary shows the side-by-side tables at this many sweep points at most (the smallest and the
+largest); ``bench show`` and the report show every one."""
 
 
 @click.command("list")
@@ -79,7 +84,7 @@ def list_cmd(what: str, pattern: str, plugins: tuple[str, ...]) -> None:
                    "(triton do_bench's cold-cache number; default: warm L2, as torch.utils.benchmark).")
 @click.option("--no-calibrate", is_flag=True,
               help="Skip measuring this machine's peak (matmul FLOP/s, copy GB/s) before the cases.")
-@click.option("--report", "report_path", default=None, metavar="FILE.html",
+@click.option("-o", "--output", "--report", "report_path", default=None, metavar="FILE.html",
               help="Where to write the run's HTML report (default: report-RUN.html beside the store's file, "
                    "results/ by default).")
 @click.option("--no-report", is_flag=True, help="Do not write the HTML report.")
@@ -157,9 +162,7 @@ def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | No
         sys.exit(130)
     records = run.records()
     run = run.record()
-    findings = run_findings(run, records)
-    for line in headline_lines(findings):
-        out.print(line, highlight=False, soft_wrap=True)
+    print_summary(run, records, SUMMARY_POINTS)
     if not no_report:
         from reports.html import write_report     # matplotlib and the templates: only when a report is written
 
@@ -211,13 +214,31 @@ def check_resume_timing(previous: RunRecord | None, flush_l2: bool) -> None:
                               "run", where="--resume")
 
 
-def render_run(run: RunRecord, records: list[CaseRecord]) -> None:
-    """A stored run in the terminal: every case, then the fitted exponents and ratios."""
+def print_summary(run: RunRecord, records: list[CaseRecord], points: int | None = None) -> None:
+    """What a run shows: its counts, then — where its lines are different models or variants — every line against
+    the reference side by side (``points``: at most that many sweep points), then how each line scales and the
+    chosen contrasts."""
     findings = run_findings(run, records)
+    sbs = side_by_side(run, records)
+    first, *rest = headline_lines(findings, sbs)
+    out.print(first, highlight=False, soft_wrap=True)
+    for item in side_by_side_view(sbs, points, run.id) if sbs else []:
+        out.print(item, highlight=False, soft_wrap=True)
+    for line in rest:
+        out.print(line, highlight=False, soft_wrap=True)
+
+
+def render_run(run: RunRecord, records: list[CaseRecord]) -> None:
+    """A stored run in the terminal: every line against the reference side by side (where the lines are different
+    models), every case, then the fitted exponents and ratios."""
+    findings = run_findings(run, records)
+    sbs = side_by_side(run, records)
+    for item in side_by_side_view(sbs, None, run.id) if sbs else []:
+        out.print(item, highlight=False, soft_wrap=True)
     out.print(cases_table(records, findings.axis, title=f"run {run.id}", peak=run.peak))
     if findings.lines:
         out.print(findings_table(findings))
-    for line in headline_lines(findings):
+    for line in headline_lines(findings, sbs):
         out.print(line, highlight=False, soft_wrap=True)
     if run.options.get("overhead"):
         out.print(summary_line(RunOverhead.from_dict(run.options["overhead"])), highlight=False, soft_wrap=True)
@@ -309,7 +330,8 @@ def export_cmd(run_ref: str, fmt: str, output: str | None, store_url: str | None
 def compare_cmd(run_a: str, run_b: str, interleave: bool, quick: bool, store_url: str | None,
                 plugins: tuple[str, ...]) -> None:
     """Compare RUN_B against RUN_A case by case: ratio of medians B/A, its 95% interval (over processes where both
-    were measured in several), verdict (same only when the whole interval lies within 5%). With
+    were measured in several), verdict (same only when the whole interval lies within 5%). Where both runs hold the
+    same lines and these are different models, each run's lines against its reference come first. With
     --interleave (same code only: two settings or two architectures), each pair of cases is measured again side
     by side and the ratio's interval spans the rounds, so the machine's drift is in it."""
     store = Store(store_url, create=False)
@@ -321,7 +343,15 @@ def compare_cmd(run_a: str, run_b: str, interleave: bool, quick: bool, store_url
     if differing:
         err.print(f"warning: the runs were measured in different environments (hard keys differ: "
                   f"{', '.join(differing)}); ratios mix machine and code effects", highlight=False, soft_wrap=True)
-    result = compare_runs(store.records(a.id), store.records(b.id))
+    records_a, records_b = store.records(a.id), store.records(b.id)
+    result = compare_runs(records_a, records_b)
+    if same_lines(records_a, records_b):        # the same lines: each run's lines against the reference first
+        for run, records in ((a, records_a), (b, records_b)):
+            sbs = side_by_side(run, records)
+            if sbs:
+                out.print(f"run {'A' if run is a else 'B'} {run.id}:", highlight=False)
+                for item in side_by_side_view(sbs, SUMMARY_POINTS, run.id):
+                    out.print(item, highlight=False, soft_wrap=True)
     out.print(compare_table(result, a.id, b.id))
     geo = f"{result.geomean_ratio:.3f}" if result.geomean_ratio is not None else "-"
     n = result.counts

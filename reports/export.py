@@ -4,7 +4,11 @@ frame), tidy CSV (one row per case × metric), pytest-benchmark's JSON (one benc
 ``customSmallerIsBetter`` JSON.
 
 The tabular formats carry ``achieved_flops_per_s`` and, for runs that stored a measured peak,
-``peak_share``; both are derived from stored data at export time.
+``peak_share``; both are derived from stored data at export time. Where the run's lines are different models
+(:mod:`reports.side_by_side`), each case of a sweep point two or more lines share carries its ratios to the
+reference line there: JSON ``vs_reference`` (``line``; ``median_ms`` with its 95 % interval; ``peak_bytes``,
+``macs``, ``params``), CSV and Parquet the same flattened (``vs_ref.line``, ``vs_ref.median_ms``,
+``vs_ref.median_ms_ci_low``, ...).
 """
 from __future__ import annotations
 
@@ -23,14 +27,27 @@ import pandas as pd
 from harness.contract.records import CaseRecord, RunRecord
 from reports.labels import case_params
 from reports.frames import tidy_frame, wide_frame
+from reports.side_by_side import flat_vs_reference, side_by_side, vs_reference
 
 CASE_FIELDS = ("case_key", "suite", "line", "arch", "status", "message", "config", "workload", "metrics",
                "samples_s", "duration_s")
 
 
 def to_json(run: RunRecord, records: Sequence[CaseRecord]) -> str:
-    cases = [{"run_id": run.id, **{k: v for k, v in asdict(r).items() if k in CASE_FIELDS}} for r in records]
+    ratios = vs_reference(side_by_side(run, records))
+    cases = [{"run_id": run.id, **{k: v for k, v in asdict(r).items() if k in CASE_FIELDS},
+              **({"vs_reference": ratios[r.case_key]} if r.case_key in ratios else {})} for r in records]
     return json.dumps(cases, indent=2, default=str) + "\n"
+
+
+def _wide(run: RunRecord, records: Sequence[CaseRecord]) -> pd.DataFrame:
+    """The wide frame (one row per case) with the ``vs_ref.`` columns where the run compares models."""
+    frame = wide_frame(records, run.peak)
+    ratios = vs_reference(side_by_side(run, records))
+    if ratios:
+        flat = [flat_vs_reference(ratios[r.case_key]) if r.case_key in ratios else {} for r in records]
+        frame = pd.concat([frame, pd.DataFrame(flat, index=frame.index)], axis=1)
+    return frame
 
 
 def _frame_csv(frame: pd.DataFrame, run: RunRecord) -> str:
@@ -41,7 +58,7 @@ def _frame_csv(frame: pd.DataFrame, run: RunRecord) -> str:
 
 
 def to_csv(run: RunRecord, records: Sequence[CaseRecord]) -> str:
-    return _frame_csv(wide_frame(records, run.peak), run)
+    return _frame_csv(_wide(run, records), run)
 
 
 def to_tidy_csv(run: RunRecord, records: Sequence[CaseRecord]) -> str:
@@ -67,7 +84,7 @@ def _arrow_safe(frame: pd.DataFrame) -> pd.DataFrame:
 
 def to_parquet(run: RunRecord, records: Sequence[CaseRecord], path: str | Path) -> None:
     """The wide frame (one row per case) as a Parquet file, via pandas + pyarrow."""
-    frame = wide_frame(records, run.peak)
+    frame = _wide(run, records)
     frame.insert(0, "run_id", run.id)
     _arrow_safe(frame).to_parquet(path, index=False, engine="pyarrow")
 

@@ -1,7 +1,8 @@
 """One self-contained HTML report of stored runs (Jinja2, autoescaped, inline CSS and SVG), made from the
 store alone: the records, and the suite as it was run (``run.spec``), never the suite file.
 
-Per suite, it opens on what each run shows (the sentences ``bench run`` prints, the fitted exponents with
+Per suite, it opens on what each run shows (where its lines are different models: every line against the
+reference side by side at each sweep point; then the sentences ``bench run`` prints, the fitted exponents with
 their scaling regime and floor, and the lead figure), then the runs of that suite side by side (only the
 cases they share), then per run a figure per metric, the roofline (points above the roof flagged), the
 cases, the raw statistics; then the environment fingerprints; then the claims, when given.
@@ -22,6 +23,7 @@ from harness.contract.errors import BenchInputError
 from harness.contract.records import CaseRecord, RunRecord
 from reports import generation as gen
 from reports import energy_view, frontier
+from reports import side_by_side as sbs_view
 from reports.claims_view import claims_section
 from reports.findings import FIT_METRICS, Findings, run_findings
 from reports.jinja import template_env
@@ -83,6 +85,7 @@ def _group_context(g: int, members: list[tuple[int, RunRecord, Sequence[CaseReco
 
 def _run_context(index: int, run: RunRecord, records: Sequence[CaseRecord]) -> dict[str, Any]:
     f = run_findings(run, records)
+    sbs = sbs_view.side_by_side(run, records)
     spec = resolve_plot_spec(run.plot, records, f.axis)
     figures = _figures(records, spec, f) if records else []
     return {
@@ -91,7 +94,7 @@ def _run_context(index: int, run: RunRecord, records: Sequence[CaseRecord]) -> d
         "stored": len(records), "counts": _counts(f), "axis": f.axis, "symbol": symbol(f.axis),
         "has_spec": run.spec is not None, "suite_text": run.suite_text, "suite_path": run.suite_path,
         "sweep": _sweep(run), "command": _command(run), "commit": run.commit[:12], "devices": _devices(records),
-        "headline": headline(f), "findings": findings_rows(f) if f.axis and spec.numeric else [],
+        "side_by_side": _side_by_side(sbs), "headline": headline(f, sbs), "findings": findings_rows(f) if f.axis and spec.numeric else [],
         "fit_names": list(FIT_METRICS.values()), "spec": spec,
         "lead": figures[0] if figures else None, "figures": figures[1:],
         "not_measured": [metric_view(m).name for m in figure_metrics(spec)
@@ -105,6 +108,27 @@ def _run_context(index: int, run: RunRecord, records: Sequence[CaseRecord]) -> d
         "cases": case_table(records, f.axis, run.peak), "raw": raw_stats(records, f.axis),
         "training": _training(records),
     }
+
+
+def _side_by_side(sbs: sbs_view.SideBySide | None) -> dict[str, Any] | None:
+    """Every line against the reference (reports.side_by_side), per sweep point: the terminal's columns, cells and
+    notes, each cell flagged ``best`` where it is the best of its column."""
+    if sbs is None:
+        return None
+    points = []
+    for t in sbs.points:
+        cols = sbs_view.table_columns(t)
+        rows = [{"line": r.line, "reference": r.reference, "dominated": bool(r.dominated_by), "status": r.status,
+                 "cells": [{"text": r.status if not r.ok and (kind, metric) == cols[0]
+                            else (sbs_view.ratio_cell(r, metric) if kind == "ratio" else sbs_view.figure_cell(r, metric)),
+                            "best": kind == "figure" and metric in r.best,
+                            "verdict": sbs_view.time_verdict(r) if (kind, metric) == ("ratio", "median_ms") else ""}
+                           for kind, metric in cols]}
+                for r in t.rows]
+        points.append({"title": sbs_view.title(t), "headers": [sbs_view.header(t, k, m) for k, m in cols],
+                       "rows": rows, "notes": sbs_view.notes(sbs, t)})
+    return {"reference": sbs.reference, "points": points, "sources": sbs_view.quoted_sources(sbs),
+            "quoted_note": sbs_view.QUOTED_NOTE, "best": sbs_view.BEST_MARK, "dominated": sbs_view.DOMINATED_MARK}
 
 
 def _training(records: Sequence[CaseRecord]) -> dict[str, Any] | None:

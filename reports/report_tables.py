@@ -13,6 +13,7 @@ from harness.analysis.fits import ScalingFit
 from harness.analysis.stats import summarize
 from reports.findings import FIT_METRICS, Findings
 from reports.labels import case_labels, param_columns
+from reports.side_by_side import SideBySide
 from reports.frames import sdpa_backend
 from reports.terminal import contrast_text, fit_text, headline_contrasts, headline_lines, over_peak, pct_peak, symbol
 
@@ -34,11 +35,12 @@ def num(v: Any, scale: float = 1.0, fmt: str = "{:,.3f}") -> str:
     return fmt.format(v / scale)
 
 
-def headline(f: Findings) -> dict[str, list[str]]:
-    """The sentences ``bench run`` prints (:func:`reports.terminal.headline_lines`), split into how each
-    line scales (``lines``) and the one-parameter contrasts (``contrasts``)."""
-    contrasts = {contrast_text(c, f.axis) for c in headline_contrasts(f)}
-    body = [s.strip() for s in headline_lines(f)[1:]]
+def headline(f: Findings, sbs: SideBySide | None = None) -> dict[str, list[str]]:
+    """The sentences ``bench run`` prints (:func:`reports.terminal.headline_lines`, given the run's side-by-side
+    view ``sbs``), split into how each line scales (``lines``) and the one-parameter contrasts (``contrasts``)."""
+    chosen = headline_contrasts(f, sbs.reference, True) if sbs else headline_contrasts(f)
+    contrasts = {contrast_text(c, f.axis) for c in chosen}
+    body = [s.strip() for s in headline_lines(f, sbs)[1:]]
     return {"lines": [s for s in body if s not in contrasts], "contrasts": [s for s in body if s in contrasts]}
 
 

@@ -1,18 +1,24 @@
-"""Rich tables and plain sentences for the terminal: a run's headline, findings and cases, the stored
-runs, a comparison of two runs, and the claims' verdicts (from their JSON record)."""
+"""Rich tables and plain sentences for the terminal: a run's headline, its lines side by side against the
+reference, findings and cases, the stored runs, a comparison of two runs, and the claims' verdicts (from their
+JSON record)."""
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 from typing import Any
 
+from rich import box
+from rich.console import RenderableType
 from rich.table import Table
+from rich.text import Text
 
 from harness.contract.records import CaseRecord, RunRecord
 from harness.analysis.fits import AffineFit, ScalingFit
 from reports.compare import Comparison
 from reports.findings import FIT_METRICS, Contrast, Findings, LineFinding, Ratio
 from reports.frames import rates, sdpa_backend
+from reports import side_by_side as sbs_view
+from reports.side_by_side import BEST_MARK, PointTable, SideBySide
 
 STATUS_STYLE = {"ok": "green", "oom": "red", "timeout": "yellow", "error": "bold red", "crashed": "bold magenta", "skipped": "dim"}
 VERDICT_STYLE = {"supported": "green", "partly supported": "yellow", "contradicted": "red", "inconclusive": "dim"}
@@ -226,29 +232,66 @@ def line_text(lf: LineFinding, axis: str | None) -> str:
     return f"{lf.line}: " + ("; ".join(parts) if parts else "no fit (fewer than 2 ok sizes)")
 
 
-def headline_contrasts(f: Findings) -> list[Contrast]:
-    """One contrast per differing parameter: the pair whose other parameters are those of the first line
-    that has one (e.g. eager vs sdpa at MHA fwd), at the largest size both reached."""
-    chosen: dict[str, Contrast] = {}
+def _inverse(r: Ratio | None) -> Ratio | None:
+    """The same comparison read the other way round (b ÷ a): ``1/value`` with the interval's ends swapped (and its
+    :class:`~harness.analysis.comparison.Comparison` inverted)."""
+    if r is None:
+        return None
+    lo, hi = (1 / r.hi, 1 / r.lo) if r.lo and r.hi else (None, None)
+    return Ratio(1 / r.value, lo, hi, r.processes, r.comparison.inverse() if r.comparison is not None else None)
+
+
+def against(c: Contrast, reference: str) -> Contrast:
+    """``c`` with the reference as ``a`` (so its sentence reads "LINE vs REFERENCE")."""
+    if c.a == reference:
+        return c
+    return Contrast(c.key, c.b, c.a, c.b_value, c.a_value, c.x, _inverse(c.time), _inverse(c.memory),
+                    _inverse(c.macs))
+
+
+def headline_contrasts(f: Findings, reference: str | None = None, side_by_side: bool = False) -> list[Contrast]:
+    """The contrasts a run's summary prints, each chosen by a rule, at the largest size both lines reached.
+
+    With a ``reference`` line: per differing parameter, the contrasts of the reference with the line that differs
+    from it in that parameter alone ("GQA-2 vs MHA"); where several lines do (seven models differing in ``name``)
+    and the run's side-by-side table shows them (``side_by_side``), none — the table has each against the
+    reference; a parameter the reference has no such pair in is left to the table too when there is one.
+    Without a table or a reference: per parameter, the pair whose other parameters are those of the first line
+    that has one (e.g. eager vs sdpa at MHA fwd)."""
+    if reference is not None:
+        chosen: list[Contrast] = []
+        keys = list(dict.fromkeys(c.key for c in f.contrasts))
+        for key in keys:
+            mine = [against(c, reference) for c in f.contrasts if c.key == key and reference in (c.a, c.b)]
+            if mine and not (side_by_side and len(mine) > 1):
+                chosen += mine
+            elif not mine and not side_by_side:
+                chosen += _anchored(f, [c for c in f.contrasts if c.key == key])
+        return chosen
+    return [c for key in dict.fromkeys(c.key for c in f.contrasts)
+            for c in _anchored(f, [c for c in f.contrasts if c.key == key])]
+
+
+def _anchored(f: Findings, rivals: list[Contrast]) -> list[Contrast]:
+    """Of the contrasts in one parameter, the one whose other parameters are those of the first line that has one."""
+    if not rivals:
+        return []
     first = {lf.line: lf.params for lf in f.lines}
-    for c in f.contrasts:
-        if c.key in chosen:
-            continue
-        base = first[c.a]
-        rivals = [d for d in f.contrasts if d.key == c.key]
-        anchor = next((lf.params for lf in f.lines if any(d.a == lf.line for d in rivals)), base)
-        chosen[c.key] = next((d for d in rivals if all(first[d.a].get(k) == v for k, v in anchor.items()
-                                                      if k != c.key)), c)
-    return list(chosen.values())
+    anchor = next((lf.params for lf in f.lines if any(d.a == lf.line for d in rivals)), first[rivals[0].a])
+    key = rivals[0].key
+    return [next((d for d in rivals if all(first[d.a].get(k) == v for k, v in anchor.items() if k != key)),
+                 rivals[0])]
 
 
-def headline_lines(f: Findings) -> list[str]:
-    """What the run shows, in a few sentences: how each line scales, and the one-parameter contrasts."""
+def headline_lines(f: Findings, sbs: SideBySide | None = None) -> list[str]:
+    """What the run shows, in a few sentences: how each line scales, and the one-parameter contrasts — with a
+    side-by-side view (``sbs``), those against its reference that the table does not already show
+    (:func:`headline_contrasts`)."""
     counts = ", ".join(f"{n} {s}" for s, n in sorted(f.statuses.items(), key=lambda kv: kv[0] != "ok"))
     out = [f"{f.suite} · run {f.run_id} · {sum(f.statuses.values())} cases: {counts}"
            + (f" · measured on a busy machine ({f.busy} ok case{'s' if f.busy != 1 else ''} timed while other "
               f"processes used up to {f.busy_cores:.1f} cores: its times are not reliable)" if f.busy else "")]
-    contrasts = headline_contrasts(f)
+    contrasts = headline_contrasts(f, sbs.reference, True) if sbs else headline_contrasts(f)
     shown = f.lines
     if len(shown) > HEADLINE_LINES:
         named = {c.a for c in contrasts} | {c.b for c in contrasts}
@@ -258,6 +301,55 @@ def headline_lines(f: Findings) -> list[str]:
     out += ["  " + contrast_text(c, f.axis) for c in contrasts]
     if f.intervals and (contrasts or f.axis):
         out.append("  " + f.intervals)
+    return out
+
+
+VERDICT_CELL = {"faster": "green", "slower": "red", "same": "dim"}
+"""A time ratio's style by its comparison's verdict (the line against the reference)."""
+
+
+def side_by_side_table(t: PointTable) -> Table:
+    """One sweep point's lines against the reference (:mod:`reports.side_by_side`): a row per line, sorted by
+    time, ★ on the best figure of each column, † on a line another Pareto-dominates (the notes name which)."""
+    table = Table(title=sbs_view.title(t), header_style="bold", box=box.SIMPLE_HEAD)
+    cols = sbs_view.table_columns(t)
+    table.add_column("line", no_wrap=True)
+    for kind, metric in cols:
+        table.add_column(sbs_view.header(t, kind, metric), justify="right", no_wrap=True)
+    for r in t.rows:
+        name = r.line + (f" {sbs_view.DOMINATED_MARK}" if r.dominated_by else "")
+        cells: list[RenderableType] = [Text(name, style="bold" if r.reference else ("dim" if r.dominated_by else ""))]
+        for kind, metric in cols:
+            if kind == "ratio":
+                verdict = sbs_view.time_verdict(r) if metric == "median_ms" else ""
+                cells.append(Text(sbs_view.ratio_cell(r, metric), style=VERDICT_CELL.get(verdict, "")))
+            elif metric in r.best:
+                cells.append(Text(f"{sbs_view.figure_cell(r, metric)} {BEST_MARK}", style="bold green"))
+            else:
+                cells.append(Text(sbs_view.figure_cell(r, metric)))
+        if not r.ok:
+            cells[1] = Text(r.status, style=STATUS_STYLE.get(r.status, ""))
+        table.add_row(*cells)
+    return table
+
+
+def side_by_side_view(sbs: SideBySide, points: int | None = None, run_id: str = "") -> list[RenderableType]:
+    """The side-by-side tables with their notes; ``points``: at most that many sweep points — the first and the
+    last (the smallest and largest size) — saying how many more ``bench show`` has."""
+    shown = list(sbs.points)
+    if points is not None and len(shown) > points:
+        shown = [shown[0], shown[-1]] if points >= 2 else shown[-1:]
+    out: list[RenderableType] = []
+    for t in shown:
+        out.append(side_by_side_table(t))
+        out += [Text("  " + n) for n in sbs_view.notes(sbs, t)]
+    sources = sbs_view.quoted_sources(sbs)
+    if sources:
+        out.append(Text("  " + sbs_view.QUOTED_NOTE))
+        out += [Text("    " + s) for s in sources]
+    if len(shown) < len(sbs.points):
+        out.append(Text(f"  {len(shown)} of {len(sbs.points)} sweep points shown (the smallest and the largest); "
+                        f"bench show {run_id or 'RUN'} has every one"))
     return out
 
 

@@ -64,7 +64,13 @@ def test_run_stores_every_case_ok_prints_the_headline_and_writes_the_report(tiny
     assert any("MQA vs MHA (n_kv_heads 1 vs 4)" in line for line in lines)       # the one-parameter contrast
     report = suite.parent / "report.html"
     assert f"report: {report}" in result.stdout and report.read_text().startswith("<!DOCTYPE html>")
-    assert "median ms" not in result.stdout                  # the full table is `bench show`'s job
+    assert "95% CI ms" not in result.stdout                  # the full table of cases is `bench show`'s job
+    # MQA is MHA's variant: the lines side by side against MHA (the first line) lead, at the smallest and the
+    # largest of the three lengths
+    head = result.stdout.index("side by side at seq_len=16")
+    assert head < result.stdout.index("side by side at seq_len=64") < result.stdout.index("MHA: time ∝ n^")
+    assert "side by side at seq_len=32" not in result.stdout
+    assert f"2 of 3 sweep points shown (the smallest and the largest); bench show {run.id} has every one" in result.stdout
 
 
 def test_report_goes_beside_the_store_unless_no_report(write_suite, tmp_path):

@@ -81,7 +81,8 @@ class CaseRecord:
 @dataclass(frozen=True)
 class SuiteSpec:
     """The suite as it was run, stored with the run so a report never re-reads the file: its description,
-    the metrics, ``fixed``, ``sweep`` and ``lines`` after ``--quick`` and ``--set`` were applied, and ``plot``."""
+    the metrics, ``fixed``, ``sweep`` and ``lines`` after ``--quick`` and ``--set`` were applied, ``plot``, and
+    ``reference``: the line the others are compared with, where the suite names one ("": the first line)."""
 
     description: str = ""
     metrics: tuple[str, ...] = ()
@@ -89,18 +90,20 @@ class SuiteSpec:
     sweep: Mapping[str, list[Any]] = field(default_factory=dict)
     lines: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     plot: Mapping[str, Any] = field(default_factory=dict)
+    reference: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {"description": self.description, "metrics": list(self.metrics), "fixed": dict(self.fixed),
                 "sweep": {k: list(v) for k, v in self.sweep.items()},
-                "lines": {k: dict(v) for k, v in self.lines.items()}, "plot": dict(self.plot)}
+                "lines": {k: dict(v) for k, v in self.lines.items()}, "plot": dict(self.plot),
+                **({"reference": self.reference} if self.reference else {})}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> SuiteSpec:
         d = d or {}
         return cls(description=d.get("description", ""), metrics=tuple(d.get("metrics", ())),
                    fixed=dict(d.get("fixed", {})), sweep=dict(d.get("sweep", {})), lines=dict(d.get("lines", {})),
-                   plot=dict(d.get("plot", {})))
+                   plot=dict(d.get("plot", {})), reference=str(d.get("reference") or ""))
 
 
 LATER_HARD_KEYS = ("cpu_id",)

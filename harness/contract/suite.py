@@ -8,6 +8,7 @@ Format (DESIGN.md, contract 1)::
     fixed = { arch = "decoder-small", batch_size = 1 }
     sweep = { seq_len = [256, 512] }          # cartesian product (optional when there are lines)
     plot = { x = "seq_len", y = "median_ms", x_log = true, y_log = true }
+    reference = "MHA"                         # optional: the line every other is compared with (default: the first)
     [lines]                                   # label -> overrides applied after `fixed`
     MHA = { n_kv_heads = 8 }
     [quick]                                   # optional, under --quick: replaces keys of fixed / sweep,
@@ -19,8 +20,13 @@ Format (DESIGN.md, contract 1)::
     sweep = { seq_len = [4096, 32768] }
     lines = ["MHA"]
     dtypes = ["bf16", "fp32"]                 #   and: every kept line once per dtype, labelled "MHA bf16"
+    reference = "MHA"                         #   and: the reference among the lines it keeps (any overlay)
     [cuda.quick]                              # optional, on a CUDA device under --quick: as [cuda], after it
     sweep = { seq_len = [4096] }
+
+``reference`` names the line the views compare every other line with (side by side, :mod:`reports.side_by_side`);
+without it, the first line kept. A reference that names no line of [lines], or a line the tables applied drop, is
+an error; under ``dtypes`` it is the reference's line in the first dtype (``"MHA bf16"``).
 
 Keys that are Workload fields go to the workload, ``arch`` names the architecture, any other
 key overrides the architecture's config; anything else is an error naming the file and key.
@@ -54,7 +60,7 @@ from harness.contract.errors import BenchInputError
 from harness.contract.records import CaseRecord, SuiteSpec
 from harness.contract.spec import DTYPES, METRICS, WORKLOAD_KEYS, Case, Workload, check_workload, workload_overrides
 
-TOP_KEYS = {"name", "description", "metrics", "fixed", "sweep", "plot", "lines", "quick", "cuda"}
+TOP_KEYS = {"name", "description", "metrics", "fixed", "sweep", "plot", "lines", "quick", "cuda", "reference"}
 PLOT_KEYS = {"x": str, "y": str, "x_log": bool, "y_log": bool, "title": str}
 SUITES_DIR = Path(__file__).resolve().parents[2] / "suites"
 
@@ -75,6 +81,7 @@ class Suite:
     text: str = ""
     spec: SuiteSpec = SuiteSpec()
     cuda: bool = False          # the suite's [cuda] table applied (it runs on a CUDA device and has one)
+    reference: str = ""         # the line the others are compared with, as the suite names it ("": the first)
 
 
 def find_suite(ref: str) -> Path:
@@ -134,11 +141,12 @@ class _Overlay:
     sweep: dict
     lines: list[str] | None = None
     dtypes: list[str] | None = None
+    reference: str | None = None
 
 
 def _overlay(data: dict, name: str, labels: dict, with_dtypes: bool) -> _Overlay:
     """Validate the table ``name`` (dotted: ``cuda.quick``) of ``data``: its keys, line labels and dtypes."""
-    allowed = {"fixed", "sweep", "lines"} | ({"dtypes"} if with_dtypes else set()) | (
+    allowed = {"fixed", "sweep", "lines", "reference"} | ({"dtypes"} if with_dtypes else set()) | (
         {"quick"} if name == "cuda" else set())
     for key in sorted(set(data) - allowed):
         raise BenchInputError(f"unknown key; allowed: {', '.join(sorted(allowed))}", where=f"{name}.{key}")
@@ -160,7 +168,20 @@ def _overlay(data: dict, name: str, labels: dict, with_dtypes: bool) -> _Overlay
         bad = [x for x in dtypes if x not in DTYPES]
         if bad:
             raise BenchInputError(f"unknown dtype {bad[0]!r}; expected some of {list(DTYPES)}", where=f"{name}.dtypes")
-    return _Overlay(name, dict(fixed), dict(sweep), chosen, dtypes)
+    return _Overlay(name, dict(fixed), dict(sweep), chosen, dtypes, _reference(data, labels, f"{name}.reference"))
+
+
+def _reference(data: dict, labels: dict, where: str) -> str | None:
+    """``data``'s ``reference``: None when absent; a string naming a line of ``labels``, else bad input."""
+    ref = data.get("reference")
+    if ref is None:
+        return None
+    if not isinstance(ref, str) or not ref:
+        raise BenchInputError("must be a line's label (a non-empty string)", where=where)
+    if ref not in labels:
+        raise BenchInputError(f"names no line: {ref!r}; lines: {', '.join(labels) or '(none: the suite has no [lines])'}",
+                              where=where)
+    return ref
 
 
 def _table_at(data: dict, key: str, where: str) -> dict:
@@ -228,10 +249,13 @@ def _build(data: dict, path: Path, quick: bool, sets: dict[str, Any]) -> Suite:
     lines = _table(data, "lines") or {"default": {}}
     plot = _table(data, "plot")
     on_cuda = suite_device(data, sets).startswith("cuda")
+    reference, reference_from = _reference(data, _table(data, "lines"), "reference"), "reference"
     overlays = _overlays(data, lines, quick, on_cuda)
     dtypes: list[str] | None = None
     dtypes_from = ""
     for layer in overlays:
+        if layer.reference is not None:
+            reference, reference_from = layer.reference, f"{layer.name}.reference"
         fixed.update(layer.fixed)
         sweep.update(layer.sweep)
         sweep_from.update({key: f"{layer.name}.sweep" for key in layer.sweep})
@@ -266,7 +290,12 @@ def _build(data: dict, path: Path, quick: bool, sets: dict[str, Any]) -> Suite:
         for key in over:
             if key in sweep:
                 raise BenchInputError("a line may not override a swept key", where=f"lines.{label}.{key}")
+    if reference is not None and reference not in lines:
+        raise BenchInputError(f"{reference!r} is not among the lines this run keeps ({', '.join(lines)}); name one "
+                              "of them in the table that selects them", where=reference_from)
     lines = _with_dtypes(lines, dtypes, dtypes_from)
+    if reference is not None and dtypes is not None:
+        reference = f"{reference} {dtypes[0]}"
     for key, typ in PLOT_KEYS.items():
         if key in plot and not isinstance(plot[key], typ):
             raise BenchInputError(f"must be {typ.__name__}", where=f"plot.{key}")
@@ -287,9 +316,9 @@ def _build(data: dict, path: Path, quick: bool, sets: dict[str, Any]) -> Suite:
                                                               layers_fixed, fixed, label in over_labels
                                                               or dtypes is not None)) from None
     spec = SuiteSpec(description=description, metrics=tuple(metrics), fixed=fixed, sweep=sweep,
-                     lines={k: dict(v) for k, v in lines.items()}, plot=dict(plot))
+                     lines={k: dict(v) for k, v in lines.items()}, plot=dict(plot), reference=reference or "")
     return Suite(name, description, str(path), tuple(metrics), plot, tuple(lines), tuple(cases), quick,
-                 spec=spec, cuda=on_cuda and bool(_table(data, "cuda")))
+                 spec=spec, cuda=on_cuda and bool(_table(data, "cuda")), reference=reference or "")
 
 
 def _origin(key: str | None, label: str, over: dict, sets: dict, sweep_from: dict[str, str],
