@@ -301,6 +301,17 @@ def _check_against(store: Store, suite: Suite, cases: list[Case], opts: RunOptio
         return measure_until(report, more, per_case_s=(time.monotonic() - started) / max(1, len(cases)), **grow)
 
 
+def _pair(report: CheckReport, pairs: list[tuple[CaseRecord, CaseRecord]]) -> CheckReport:
+    """Each case's timing re-judged on both versions measured again, in the same rounds (paired)."""
+    for base, cand in pairs:
+        if base.ok and cand.ok and base.rounds and len(base.rounds) == len(cand.rounds) >= 2:
+            report = report.replace_timing(cand.case_key, cand.samples_s, cand.rounds,
+                                           paired_base=(base.samples_s, base.rounds),
+                                           busy=busy_note(cand) or busy_note(base),
+                                           cand_processes=n_processes(cand), base_processes=n_processes(base))
+    return report
+
+
 def _render(report: CheckReport, reach: tuple[Reach, ...], markdown_path: str | None) -> None:
     for w in report.warnings:
         err.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
