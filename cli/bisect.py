@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from cli.common import (check_processes, debug_option, err, load_plugins, out, plugin_option, processes_option,
+from cli.common import (check_processes, debugging, err, load_plugins, out, plugin_option, processes_option,
                         show_logs, store_option)
 from cli.history import repo_option
 from harness.contract.errors import BenchInputError
@@ -171,10 +171,8 @@ def bisect_summary(b: Bisection, wall_s: float) -> tuple[str, int]:
 @repo_option
 @store_option
 @plugin_option
-@debug_option
 def bisect_cmd(suite_ref: str, good_ref: str, bad_ref: str, case: str, quick: bool, sets: tuple[str, ...],
-               processes: int | None, repo: str | None, store_url: str | None, plugins: tuple[str, ...],
-               debug: bool) -> None:
+               processes: int | None, repo: str | None, store_url: str | None, plugins: tuple[str, ...]) -> None:
     """The first commit between --good and --bad at which a case got slower (or an exact metric changed): each
     probed commit measured side by side with --good, as `bench check --against` measures; about log2(commits) + 1
     steps. Exits 0 naming the commit, 1 when the range holds no regression, 3 when a step cannot tell, 2 on bad
@@ -188,7 +186,7 @@ def bisect_cmd(suite_ref: str, good_ref: str, bad_ref: str, case: str, quick: bo
     processes = max(2, check_processes(processes, "process", GATE_PROCESSES))
     show_logs()
     store = Store(store_url)
-    opts = run_options(quick, debug=debug, plugins=plugin_files, processes=processes)
+    opts = run_options(quick, debug=debugging(), plugins=plugin_files, processes=processes)
     expected = 1 + max(1, (len(commits) - 1).bit_length())
     err.print(f"bisecting {len(commits)} commits after {good.short} up to {bad.short} ({len(cases)} case(s), "
               f"{processes} processes per version): about {expected} steps", highlight=False)

@@ -12,7 +12,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from cli.common import debug_option, err, out, store_option
+from cli.common import err, out, store_option
 from harness.contract.errors import BenchInputError
 from harness.contract.records import CaseRecord, RunRecord
 from harness.contract.suite import find_suite
@@ -122,9 +122,8 @@ def report_history(store: Store, runs: Sequence[tuple[RunRecord, Sequence[CaseRe
 @click.option("--html", "html", default=None, metavar="FILE.html", help="Also write the history page.")
 @repo_option
 @store_option
-@debug_option
 def history_cmd(suite_ref: str, quick: bool, case: str, metric: str, since: str | None, as_json: bool,
-                html: str | None, repo: str | None, store_url: str | None, debug: bool) -> None:
+                html: str | None, repo: str | None, store_url: str | None) -> None:
     """A suite's cases over the commits of its stored runs, in git order: each point's median with its interval,
     exact metrics as steps, status changes; change points flagged when beyond the noise, the latest value's distance
     from the best, and slow drift."""
