@@ -20,6 +20,7 @@ class Block:
     line: int              # 1-based line of the opening fence
     lang: str
     text: str
+    parsed_only: str = ""  # the reason, where a `<!-- parsed only: REASON -->` line stands right above the fence
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,8 @@ class Command:
     path: Path
     line: int
     args: tuple[str, ...]  # after `bench`
+    parsed_only: str = ""  # its block's reason to parse the command only (it needs files or a repository the page
+                           # makes step by step); the options are still checked against the command
 
     @property
     def id(self) -> str:
@@ -49,7 +52,9 @@ def blocks(path: Path) -> list[Block]:
             while i < len(lines) and not lines[i].strip().startswith("```"):
                 body.append(lines[i])
                 i += 1
-            out.append(Block(path, start + 1, lang, "\n".join(body)))
+            above = lines[start - 1].strip() if start else ""
+            marker = re.match(r"^<!-- parsed only: (.+) -->$", above)
+            out.append(Block(path, start + 1, lang, "\n".join(body), marker.group(1) if marker else ""))
         i += 1
     return out
 
@@ -83,9 +88,11 @@ def commands(paths: list[Path] | None = None) -> list[Command]:
             for line, text in _command_lines(b):
                 text = text.replace("${{ github.base_ref }}", "main")
                 for part in re.split(r"&&|\|\||;", text):
-                    words = shlex.split(part, comments=True)
+                    if not part.strip().startswith(("bench ", ".venv/bin/bench ")):
+                        continue                                    # not ours: python -c "…; …", prose in brackets
+                    words = shlex.split(part.split(" | ")[0], comments=True)    # `bench … | head -1`: the command
                     if words and words[0] in ("bench", ".venv/bin/bench"):
-                        found.append(Command(path, line, tuple(words[1:])))
+                        found.append(Command(path, line, tuple(words[1:]), b.parsed_only))
     return found
 
 
