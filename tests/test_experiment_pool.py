@@ -111,7 +111,7 @@ def test_an_experiment_that_times_its_trials_refuses_workers():
         residual.EXPERIMENT.run(seeds=(0,), plan=Training(2, 1))
 
 
-PARALLEL = ["recall", "kv_heads", "positions", "ssm_lm", "causal", "norm_placement", "small_vision"]
+PARALLEL = ["recall", "kv_heads", "positions", "ssm_lm", "causal", "norm_placement", "small_vision", "mnist1d"]
 
 
 class _Stop(Exception):

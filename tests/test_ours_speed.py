@@ -128,7 +128,7 @@ def test_swin_cached_bias_follows_the_weights():
     fresh = swin.Swin(ours.cfg).eval()
     fresh.load_state_dict(ours.state_dict())
     with torch.no_grad():
-        assert (before - after).abs().max() > 1e-3                   # moved well beyond rounding
+        assert (before - after).abs().max() > 1e-6    # moved: outputs ~0.3, fp32 rounding ~3e-8, the change ~1e-4
         torch.testing.assert_close(after, fresh(x), rtol=0, atol=0)
         fresh.load_state_dict(swin.Swin(ours.cfg).state_dict())        # other weights into a warm model
         other = swin.Swin(ours.cfg).eval()
