@@ -4,8 +4,10 @@ and judged by the gate's check (reports.check)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import click
@@ -57,17 +59,32 @@ def _row_text(row: CheckRow) -> str:
     return f"×{t.ratio:.3f} [{t.ci_low:.3f}, {t.ci_high:.3f}] {t.verdict} ({mde}, {t.processes[0]}+{t.processes[1]} processes)"
 
 
-def probe_side(report: CheckReport, exact_only: bool = False) -> tuple[str, str, str]:
+def _against_step(row: CheckRow, steps: Mapping[str, float]) -> str:
+    """An inconclusive timing judged against the step the bad ref showed (ratio ``s`` > 1): "bad" when its interval
+    lies above √s (the geometric middle between no change and the step), "good" when below, else ""."""
+    s, t = steps.get(row.case_key), row.timing
+    if s is None or s <= 1 or t is None or row.verdict != "inconclusive" or any(
+            n.startswith("machine busy") for n in row.notes):
+        return ""
+    mid = math.sqrt(s)
+    return "bad" if t.ci_low > mid else "good" if t.ci_high < mid else ""
+
+
+def probe_side(report: CheckReport, exact_only: bool = False,
+               steps: Mapping[str, float] | None = None) -> tuple[str, str, str]:
     """(side, detail, why) of a probe from its check: bad when a case regressed, changed or failed; inconclusive
-    when one could not tell (and none is bad); else good. ``exact_only``: the search is for an exact metric's
-    change (the bad ref differed in nothing else): bad when one changed or a case failed, else good."""
+    when one could not tell (and none is bad); else good. ``steps`` (case key → the bad ref's regressed ratio): an
+    inconclusive timing whose interval lies wholly below or above the middle of that step is on that side — a
+    bisection asks "does this commit have the step?", not "is it within 5 %?". ``exact_only``: the search is for an
+    exact metric's change (the bad ref differed in nothing else): bad when one changed or a case failed, else good."""
     rows = report.rows
     detail = "; ".join(f"{r.name}: {_row_text(r)}" for r in rows)
     if exact_only:
         return ("bad" if any(r.changed or r.verdict == "failed" for r in rows) else "good"), detail, ""
-    if any(r.verdict in ("regressed", "changed", "failed") for r in rows):
+    judged = {r.case_key: _against_step(r, steps or {}) for r in rows}
+    if any(r.verdict in ("regressed", "changed", "failed") or judged[r.case_key] == "bad" for r in rows):
         return "bad", detail, ""
-    unsure = [r for r in rows if r.verdict in ("inconclusive", "missing", "new")]
+    unsure = [r for r in rows if r.verdict in ("inconclusive", "missing", "new") and judged[r.case_key] != "good"]
     if unsure:
         whys = []
         for r in unsure:
@@ -75,9 +92,8 @@ def probe_side(report: CheckReport, exact_only: bool = False) -> tuple[str, str,
             if busy:
                 whys.append(f"{r.name}: {busy[0]}")
             elif r.timing is not None:
-                whys.append(f"{r.name}: ×{r.timing.ratio:.3f} is beyond the floor but its interval "
-                            f"[{r.timing.ci_low:.3f}, {r.timing.ci_high:.3f}] cannot tell: the effect is below the "
-                            "smallest detectable one")
+                whys.append(f"{r.name}: ×{r.timing.ratio:.3f}, its interval [{r.timing.ci_low:.3f}, "
+                            f"{r.timing.ci_high:.3f}] cannot tell: the effect is below the smallest detectable one")
             else:
                 whys.append(f"{r.name}: {r.verdict}")
         return "inconclusive", detail, "; ".join(whys)
@@ -115,6 +131,7 @@ class _Probing:
     repo: Path
     processes: int
     asked: dict[str, bool] = dataclasses.field(default_factory=dict)     # "exact": bisecting an exact metric
+    steps: dict[str, float] = dataclasses.field(default_factory=dict)    # case key → the bad ref's regressed ratio
 
     def __call__(self, commit: Commit) -> Probe:
         label = f"{self.suite.name}@"
@@ -133,9 +150,11 @@ class _Probing:
             err.print(f"  {len(todo)} inconclusive case(s): measuring both versions of them once more", highlight=False)
             report = _remeasured(report, measure_commit(todo, self.opts, self.tree, commit, self.repo, seed=1,
                                                         processes=self.processes))
-        side, detail, why = probe_side(report, exact)
+        side, detail, why = probe_side(report, exact, self.steps)
         if "exact" not in self.asked:           # the first probe (the bad ref) sets the question
             slower = any(r.timing is not None and r.timing.verdict == "regressed" for r in report.rows)
+            self.steps.update({r.case_key: r.timing.ratio for r in report.rows
+                               if r.timing is not None and r.timing.verdict == "regressed"})
             self.asked["exact"] = side == "bad" and not slower and any(r.changed for r in report.rows)
             if self.asked["exact"]:
                 err.print("the bad ref differs from the good one in exact metrics, not in timing: bisecting on "
