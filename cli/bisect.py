@@ -14,6 +14,7 @@ import click
 
 from cli.common import (check_processes, debugging, err, load_plugins, out, plugin_option, processes_option,
                         show_logs, store_option)
+from cli.check import rejudge_paired
 from cli.history import repo_option
 from harness.contract.errors import BenchInputError
 from harness.contract.records import CaseRecord, RunRecord
@@ -28,7 +29,6 @@ from harness.engine.runner import RunOptions
 from harness.store.db import Store
 from reports.check.baseline import baseline_document, parse_baseline
 from reports.check.report import CheckReport, CheckRow, check_run
-from reports.check.timing import busy_note, n_processes
 
 def case_text(c: Case) -> str:
     """What ``--case TEXT`` matches a case on: its line, arch, key and ``name=value`` of its settings."""
@@ -107,18 +107,6 @@ def _check(baseline_run: RunRecord, base: list[CaseRecord], cand_run: RunRecord,
     return check_run(parse_baseline(doc, label), cand_run, cand, paired=True)
 
 
-def _remeasured(report: CheckReport, pairs: list[tuple[CaseRecord, CaseRecord]]) -> CheckReport:
-    """Each inconclusive case re-judged on both versions measured once more side by side (paired), as
-    ``bench check --against`` re-judges them."""
-    for base, cand in pairs:
-        if base.ok and cand.ok and base.rounds and len(base.rounds) == len(cand.rounds) >= 2:
-            report = report.replace_timing(cand.case_key, cand.samples_s, cand.rounds,
-                                           paired_base=(base.samples_s, base.rounds),
-                                           busy=busy_note(cand) or busy_note(base),
-                                           cand_processes=n_processes(cand), base_processes=n_processes(base))
-    return report
-
-
 @dataclasses.dataclass(frozen=True)
 class _Probing:
     store: Store
@@ -148,7 +136,7 @@ class _Probing:
         todo = [c for c in self.cases if c.key in set(report.inconclusive_keys())] if not exact else []
         if todo:
             err.print(f"  {len(todo)} inconclusive case(s): measuring both versions of them once more", highlight=False)
-            report = _remeasured(report, measure_commit(todo, self.opts, self.tree, commit, self.repo, seed=1,
+            report = rejudge_paired(report, measure_commit(todo, self.opts, self.tree, commit, self.repo, seed=1,
                                                         processes=self.processes))
         side, detail, why = probe_side(report, exact, self.steps)
         if "exact" not in self.asked:           # the first probe (the bad ref) sets the question

@@ -296,13 +296,14 @@ def _check_against(store: Store, suite: Suite, cases: list[Case], opts: RunOptio
             for b, c in extra:
                 ob, oc = held[c.case_key]
                 held[c.case_key] = nb, nc = add_processes(ob, b), add_processes(oc, c)
-                report = _pair(report, [(nb, nc)])
+                report = rejudge_paired(report, [(nb, nc)])
             return report
         return measure_until(report, more, per_case_s=(time.monotonic() - started) / max(1, len(cases)), **grow)
 
 
-def _pair(report: CheckReport, pairs: list[tuple[CaseRecord, CaseRecord]]) -> CheckReport:
-    """Each case's timing re-judged on both versions measured again, in the same rounds (paired)."""
+def rejudge_paired(report: CheckReport, pairs: list[tuple[CaseRecord, CaseRecord]]) -> CheckReport:
+    """Each case's timing re-judged on both versions measured again, in the same rounds (paired): the A/B check's
+    extra pairs and a bisection's second look at an inconclusive probe."""
     for base, cand in pairs:
         if base.ok and cand.ok and base.rounds and len(base.rounds) == len(cand.rounds) >= 2:
             report = report.replace_timing(cand.case_key, cand.samples_s, cand.rounds,
