@@ -59,7 +59,7 @@ def _to_rgb(x: np.ndarray) -> Tensor:
 
 def digits_data(img_size: int = 16) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(x_train, y_train, x_test, y_test): the fixed stratified 70/30 split of the digits (1,257 / 540),
-    upsampled bilinearly to ``img_size``² and replicated to 3 channels (values standardised around 0)."""
+    upsampled bilinearly to ``img_size``² and replicated to 3 channels (values standardised to mean 0)."""
     images, y = load_digits()
     idx_train, idx_test = stratified_split(y)
     x = _to_rgb(images.astype(np.float32) / 16.0)

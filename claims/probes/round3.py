@@ -1,4 +1,5 @@
-"""Round 3: the documents' claims that had no verdict (C43–C48). Each is measured on the real modules (our
+"""The claims on residuals, inductive bias, windows, sequence processing and data scale (C43–C48). Each is
+measured on the real modules (our
 Attention, Swin's window attention, nn.Conv1d/Conv2d, nn.LSTM, a registry ViT), small and on the CPU, in
 seconds; C43 trains (the ``residual`` experiment, stored and reused). Published figures (C47, C48) are QUOTED
 with their source (``Figure.quoted``), never measured: C47 shows them as context; C48 — a claim about training
