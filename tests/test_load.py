@@ -134,12 +134,13 @@ def test_load_metrics_reason_and_busy():
     idle = Load(others_cores=0.2, steal_cores=None, wall_s=1.0)
     assert not idle.busy
     assert idle.reason() == ""
-    assert idle.metrics() == {"load_others_cores": 0.2, "load_busy": 0.0}
+    assert idle.metrics() == {"load_others_cores": 0.2, "load_busy": 0.0, "load_yielding_cores": 0.0}
 
     busy = Load(others_cores=0.93, steal_cores=0.01, wall_s=2.0)
     assert busy.busy
     assert busy.reason() == "machine busy: other processes used 0.93 cores (limit 0.5)"
-    assert busy.metrics() == {"load_others_cores": 0.93, "load_busy": 1.0, "load_steal_cores": 0.01}
+    assert busy.metrics() == {"load_others_cores": 0.93, "load_busy": 1.0, "load_yielding_cores": 0.0,
+                              "load_steal_cores": 0.01}
 
     assert not Load(BUSY_CORES, 0.0, 1.0).busy  # "more than" the limit
     assert Load(BUSY_CORES + 1e-9, 0.0, 1.0).busy
@@ -210,5 +211,46 @@ def test_default_root_comes_from_the_environment(monkeypatch):
     monkeypatch.setenv(ROOT_PID_ENV, str(os.getppid()))
     mon = LoadMonitor()
     mon.start()
-    assert mon._start is not None and mon._start[-1] == os.getppid()
+    assert mon._start is not None and mon._start[5] == os.getppid()
     mon.stop()
+
+
+def test_niced_process_yields_and_is_reported_not_counted():
+    """A busy loop at nice 19 is load that yields to a nice-0 case: reported as yielding, not as others (when
+    this test itself runs niced, nothing yields to it and the loop counts as others)."""
+    sleeper = busy = None
+    try:
+        sleeper = _sleeper()
+        busy = _spawn("import os\nos.nice(19)\nwhile True: pass")
+        _wait_cpu(busy.pid, 0.1)
+        busy0 = _cpu_s(busy.pid)
+        with LoadMonitor(root_pid=sleeper.pid) as mon:
+            time.sleep(1.0)
+        busy_cpu_s = _cpu_s(busy.pid) - busy0
+        load = mon.result
+    finally:
+        _kill(busy, sleeper)
+    assert busy_cpu_s > 0.1
+    if os.getpriority(os.PRIO_PROCESS, 0) <= 0:
+        assert load.yielding_cores * load.wall_s >= 0.85 * busy_cpu_s
+        assert load.metrics()["load_yielding_cores"] == load.yielding_cores
+    else:
+        assert load.yielding_cores == 0.0 and load.others_cores * load.wall_s >= 0.85 * busy_cpu_s
+
+
+def test_niced_time_is_subtracted_only_when_we_run_first(monkeypatch):
+    """Counted from the kernel's fields: 3 busy CPU-s of which 2 niced over 1 s, our tree idle."""
+    from harness.instruments import load as L
+
+    times = iter([(10.0, 4.0, None), (13.0, 6.0, None)] * 2)
+    monkeypatch.setattr(L, "_busy_and_steal", lambda: next(times))
+    monkeypatch.setattr(L, "_tree_cpu", lambda a, b: 0.0)
+    clock = iter([100.0, 101.0, 200.0, 201.0])
+    monkeypatch.setattr(L.time, "perf_counter", lambda: next(clock))
+    for first, others, yielding in ((True, 1.0, 2.0), (False, 3.0, 0.0)):
+        monkeypatch.setattr(L, "_own_priority_first", lambda f=first: f)
+        mon = LoadMonitor(root_pid=os.getpid())
+        mon.start()
+        load = mon.stop()
+        assert (load.others_cores, load.yielding_cores) == (others, yielding)
+    assert combine([Load(1.0, None, 1.0, 2.0), Load(0.0, None, 3.0, 0.0)]).yielding_cores == 0.5

@@ -108,6 +108,8 @@ METRICS: tuple[Metric, ...] = (
     _m("cuda_max_reserved_bytes", "B", "memory", False, _LOW, "CUDA allocator: torch.cuda.max_memory_reserved"),
     # -- the machine while a case was timed (harness.instruments.load) ----------------------------------------
     _m("load_others_cores", "cores", "load", False, _LOW, "CPU used by processes outside bench's own tree"),
+    _m("load_yielding_cores", "cores", "load", False, _LOW,
+       "CPU used by niced processes, which yield to a nice-0 case (not counted as others)"),
     _m("load_steal_cores", "cores", "load", False, _LOW, "hypervisor steal, where the OS reports it"),
     _m("load_busy", "flag", "load", False, _LOW, "1 when others used more than half a core: its timings decide nothing"),
     _m("threads", "count", "tally", True, _NONE, "torch threads the case ran with"),

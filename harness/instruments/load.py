@@ -10,6 +10,12 @@ second):
   main process, so a worker's measurement excludes the main process and its sibling workers).
 * ``steal_cores``: the CPU time the hypervisor gave to other guests (Linux ``steal``), ``None`` where the
   OS does not report it.
+* ``yielding_cores``: the CPU used by processes at a lower priority than ours (``nice`` > 0, the kernel's
+  ``nice`` time) while our process runs at nice 0 or below. The scheduler gives our case the core first (a
+  nice 19 process weighs 15 against nice 0's 1,024), so that time is reported but not counted in
+  ``others_cores``. A process at nice 1–9 yields much less; the kernel's counters cannot tell the levels apart,
+  so background work meant to stay out of a measurement belongs at nice 19 (``nice -n 19 …``). When our own
+  process is niced, every other process's time counts as ``others_cores``.
 
 System-wide times come from ``/proc/stat`` on Linux, which in a container usually covers the whole host:
 work in other containers counts as "others", which is what we want to know. The resolution is the
@@ -40,12 +46,21 @@ ROOT_PID_ENV = "BENCH_ROOT_PID"
 _NOT_BUSY = ("idle", "iowait", "steal", "guest", "guest_nice")
 
 
-def _busy_and_steal() -> tuple[float, float | None]:
-    """System-wide busy CPU seconds (all CPUs) and steal seconds (None where not reported), since boot."""
+def _busy_and_steal() -> tuple[float, float, float | None]:
+    """System-wide busy CPU seconds (all CPUs), the part of them spent by niced processes (``nice``; 0 where not
+    reported), and steal seconds (None where not reported), since boot."""
     t = psutil.cpu_times()
     fields = t._asdict()
     busy = sum(v for k, v in fields.items() if k not in _NOT_BUSY)
-    return busy, fields.get("steal")
+    return busy, float(fields.get("nice", 0.0)), fields.get("steal")
+
+
+def _own_priority_first() -> bool:
+    """Whether this process runs at nice 0 or below, so that niced processes yield the CPU to it."""
+    try:
+        return os.getpriority(os.PRIO_PROCESS, 0) <= 0
+    except (AttributeError, OSError):     # no priorities on this OS: count everything as others
+        return False
 
 
 def _is_alive(proc: psutil.Process) -> bool:
@@ -90,6 +105,7 @@ class Load:
     others_cores: float
     steal_cores: float | None
     wall_s: float
+    yielding_cores: float = 0.0
 
     @property
     def busy(self) -> bool:
@@ -97,9 +113,10 @@ class Load:
         return self.others_cores > BUSY_CORES
 
     def metrics(self) -> dict[str, float]:
-        """The load as metrics: ``load_others_cores``, ``load_busy`` (1.0/0.0), and ``load_steal_cores``
-        when steal is reported."""
-        out = {"load_others_cores": float(self.others_cores), "load_busy": 1.0 if self.busy else 0.0}
+        """The load as metrics: ``load_others_cores``, ``load_busy`` (1.0/0.0), ``load_yielding_cores``, and
+        ``load_steal_cores`` when steal is reported."""
+        out = {"load_others_cores": float(self.others_cores), "load_busy": 1.0 if self.busy else 0.0,
+               "load_yielding_cores": float(self.yielding_cores)}
         if self.steal_cores is not None:
             out["load_steal_cores"] = float(self.steal_cores)
         return out
@@ -200,7 +217,7 @@ class LoadMonitor:
         """``root_pid``: the root of the tree counted as ours; default :func:`own_root_pid`."""
         self.root_pid = root_pid
         self.result: Load | None = None
-        self._start: tuple[float, float, float | None, dict[_Key, _Proc], int] | None = None
+        self._start: tuple[float, float, float, float | None, dict[_Key, _Proc], int, bool] | None = None
 
     def start(self) -> None:
         """Begin an interval (again, if one was running)."""
@@ -208,25 +225,26 @@ class LoadMonitor:
         if not psutil.pid_exists(root):  # a dead root: at least don't count this process as "others"
             root = os.getpid()
         wall = time.perf_counter()
-        busy, steal = _busy_and_steal()
+        busy, nice, steal = _busy_and_steal()
         tree = _snapshot(root)
-        self._start = (wall, busy, steal, tree, root)
+        self._start = (wall, busy, nice, steal, tree, root, _own_priority_first())
 
     def stop(self) -> Load:
         """End the interval and return its :class:`Load` (also kept as ``self.result``)."""
         if self._start is None:
             raise RuntimeError("LoadMonitor.stop() called before start()")
-        wall0, busy0, steal0, tree0, root = self._start
+        wall0, busy0, nice0, steal0, tree0, root, first = self._start
         self._start = None
         tree1 = _snapshot(root, extra=tree0.keys())
-        busy1, steal1 = _busy_and_steal()
+        busy1, nice1, steal1 = _busy_and_steal()
         wall = time.perf_counter() - wall0
         if wall <= 0:
             load = Load(0.0, None if steal0 is None or steal1 is None else 0.0, 0.0)
         else:
-            others = max(0.0, (busy1 - busy0) - _tree_cpu(tree0, tree1)) / wall
+            yielding = max(0.0, nice1 - nice0) if first else 0.0     # niced time yields to a nice-0 case
+            others = max(0.0, (busy1 - busy0) - yielding - _tree_cpu(tree0, tree1)) / wall
             steal = None if steal0 is None or steal1 is None else max(0.0, steal1 - steal0) / wall
-            load = Load(others, steal, wall)
+            load = Load(others, steal, wall, yielding / wall)
         self.result = load
         return load
 
@@ -247,8 +265,10 @@ def combine(loads: Iterable[Load]) -> Load | None:
     wall = sum(x.wall_s for x in loads)
     if wall > 0:
         others = sum(x.others_cores * x.wall_s for x in loads) / wall
+        yielding = sum(x.yielding_cores * x.wall_s for x in loads) / wall
     else:
         others = sum(x.others_cores for x in loads) / len(loads)
+        yielding = sum(x.yielding_cores for x in loads) / len(loads)
     steal: float | None = None
     if all(x.steal_cores is not None for x in loads):
         steals = [x.steal_cores for x in loads]  # type: ignore[misc]
@@ -256,4 +276,4 @@ def combine(loads: Iterable[Load]) -> Load | None:
             steal = sum(s * x.wall_s for s, x in zip(steals, loads)) / wall  # type: ignore[operator]
         else:
             steal = sum(steals) / len(loads)  # type: ignore[arg-type]
-    return Load(others, steal, wall)
+    return Load(others, steal, wall, yielding)
