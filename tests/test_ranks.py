@@ -5,6 +5,7 @@ The fault cases use tests/plugin_rank_faults.py, loaded only in the worker and r
 sweep of three cases, which also shows the sweep going on after a dead and a hung rank)."""
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -14,12 +15,15 @@ import torch
 
 from harness.contract.errors import BenchInputError
 from harness.contract.registry import resolve
-from harness.contract.spec import Case, Workload, workload_dict
+from harness.contract.records import OMITTED_DEFAULTS
+from harness.contract.spec import OMITTED_WHEN_DEFAULT, Case, Workload, workload_dict
 from harness.engine import ranks
 from harness.engine.distributed import Payload, relative_error
 from harness.engine.runner import RunOptions, run_case
 from harness.executors import ProcessExecutor
 from harness.instruments.timing import TimingConfig
+from reports.ranks_view import rank_rows, scaling_figure
+from reports.training_view import training_rows
 from tests.helpers import invoke
 
 PLUGIN = str(Path(__file__).with_name("plugin_rank_faults.py"))
@@ -153,6 +157,18 @@ def test_bad_input_is_refused_before_anything_runs(monkeypatch, tmp_path):
 
 
 def test_world_size_one_keeps_the_case_key():
+    defaults = {f.name: f.default for f in dataclasses.fields(Workload)}
+    assert OMITTED_DEFAULTS == {k: defaults[k] for k in OMITTED_WHEN_DEFAULT}   # a record reads them back
     w = Workload(mode="train_step")
     assert "world_size" not in workload_dict(w) and "parallel" not in workload_dict(w)
     assert workload_dict(Workload(mode="train_step", world_size=2, parallel="ddp"))["world_size"] == 2
+
+
+def test_the_report_shows_each_rank_and_leaves_the_one_process_table(measured):
+    recs = [measured["ddp"], measured["fsdp"]]
+    rows = rank_rows(recs)
+    assert [r["parallel"] for r in rows] == ["ddp", "fsdp"]
+    assert rows[1]["peaks"].count(" / ") == 1                     # every rank's peak, side by side
+    assert float(rows[1]["weights"]) < float(rows[0]["weights"])  # FSDP's shard
+    assert scaling_figure(recs) is not None
+    assert training_rows(recs) == []                               # not mixed into the one-process table
