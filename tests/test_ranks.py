@@ -119,7 +119,7 @@ def test_a_dead_or_hung_rank_ends_its_case_and_the_sweep_goes_on():
         return Case("ranks", behavior, "rank-faulty", (("behavior", behavior),), w, ("latency",))
     start = time.time() - 1.0
     opts = RunOptions(timing=FAST, timeout_s=240, plugins=(PLUGIN,))
-    short = RunOptions(timing=FAST, timeout_s=15, plugins=(PLUGIN,))      # the hang: its ranks stopped at 13.5 s
+    short = RunOptions(timing=FAST, timeout_s=20, plugins=(PLUGIN,))      # the hang: its ranks stopped at 18 s
     ex = ProcessExecutor()
     try:
         recs = {r.line: r for r in ex.run([case("sigkill"), case("skew")], opts)}

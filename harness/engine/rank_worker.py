@@ -134,6 +134,8 @@ def run_rank(case: Case, opts: RunOptions, rank: int, port: int, timeout_s: floa
 def main(job_path: str, rank: int) -> None:
     die_with_parent()
     job = pickle.loads(Path(job_path).read_bytes())
+    if os.getppid() != job["parent"]:     # the parent died while this rank was starting: nothing to report to
+        os._exit(EXIT_FAILED)
     folder = Path(job_path).parent
     try:
         result = run_rank(job["case"], job["opts"], rank, job["port"], job["timeout_s"])

@@ -30,6 +30,7 @@ communication bytes, not speed.
 """
 from __future__ import annotations
 
+import os
 import pickle
 import signal
 import socket
@@ -54,9 +55,11 @@ from harness.contract.spec import ENGINE_CHECKS, ArchSpec, Case, Workload
 from harness.engine import training
 from harness.engine.distributed import Payload
 from harness.engine.env import usable_cores
+from harness.engine.overhead import metric_name
 from harness.instruments.timing import consecutive_rounds
 
 POLL_S = 0.05
+CAUSE_WAIT_S = 0.5
 TIMEOUT_MARGIN_S = 10.0     # the ranks are stopped this long before the case's timeout (at most 10 % of it), so
                             # the case's own record, not the executor's kill, says ``timeout``
 KINDS: tuple[tuple[str, str], ...] = (("measured_weight_bytes", "weight_bytes"),
@@ -148,7 +151,8 @@ def launch(case: Case, opts: Any, budget_s: float) -> list[dict[str, Any]] | tup
     with tempfile.TemporaryDirectory(prefix="bench-ranks-") as tmp:
         folder = Path(tmp)
         job = folder / "job.pkl"
-        job.write_bytes(pickle.dumps({"case": case, "opts": opts, "port": free_port(), "timeout_s": budget_s}))
+        job.write_bytes(pickle.dumps({"case": case, "opts": opts, "port": free_port(), "timeout_s": budget_s,
+                                      "parent": os.getpid()}))
         procs: list[subprocess.Popen] = []
         deadline = time.monotonic() + budget_s
         try:
@@ -159,10 +163,17 @@ def launch(case: Case, opts: Any, budget_s: float) -> list[dict[str, Any]] | tup
                                                   stdin=subprocess.DEVNULL))
             while True:
                 codes = [p.poll() for p in procs]
-                failed = next((r for r, c in enumerate(codes) if c not in (None, 0)), None)
-                if failed is not None:
+                failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
+                if failed:
+                    if None in codes and all((folder / f"rank{r}.err").exists() for r in failed):
+                        time.sleep(CAUSE_WAIT_S)        # a rank dying may be why this one raised: let it show
+                        codes = [p.poll() for p in procs]
+                        failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
                     _stop(procs)
-                    return _failure(folder, failed, codes[failed])
+                    # a rank that died is the cause of the others' broken connections: it is named first
+                    died = [r for r in failed if not (folder / f"rank{r}.err").exists()]
+                    first = (died or failed)[0]
+                    return _failure(folder, first, codes[first])
                 if all(c == 0 for c in codes):
                     break
                 if time.monotonic() > deadline:
@@ -204,9 +215,11 @@ def run_ranked(case: Case, opts: Any, count: Count) -> CaseRecord:
                                duration_s=time.perf_counter() - t0)
         check_ranks(spec, w)
         gaps: dict[str, str] = {}
+        t_count = time.perf_counter()
         metrics.update(count(spec, w, torch.device("cpu") if w.device == "cpu" else torch.device("cuda"),
                              "flops" in case.metrics, gaps))
         metrics.pop("est_peak_bytes", None)      # one process's estimate: the fake pass knows no sharding
+        metrics[metric_name("count")] = time.perf_counter() - t_count
         budget = opts.timeout_s - min(TIMEOUT_MARGIN_S, 0.1 * opts.timeout_s) - (time.perf_counter() - t0)
         ranks = launch(case, opts, budget)
     except Exception as exc:  # noqa: BLE001 — a case's failure is a result, the sweep goes on
@@ -217,6 +230,7 @@ def run_ranked(case: Case, opts: Any, count: Count) -> CaseRecord:
         status, message = ranks
         return case.record(status, message, config=config, metrics=metrics, duration_s=time.perf_counter() - t0)
     samples, rounds = fold(ranks, metrics, w, opts.timing.rounds)
+    metrics[metric_name("timed")] = sum(samples)          # the rest of the case: starting the ranks, build, checks
     note = cpu_note(w, ranks[0]["threads"]) if w.device == "cpu" else ""
     if "latency" in case.metrics:
         extra, why = training.rates(w, metrics["median_ms"] / 1e3, metrics.get("model_flops"), metrics.get("flops"),
