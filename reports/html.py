@@ -33,6 +33,7 @@ from reports.report_tables import case_table, env_table, findings_rows, headline
 from reports.roofline import ABOVE_ROOF_MEANING, roofline_data, roofline_figure
 from reports.terminal import symbol
 from reports.training_view import memory_figure, size_figure, training_rows
+from reports.ranks_view import rank_rows, scaling_figure
 
 __all__ = ["render_report", "write_report", "template_env"]
 
@@ -107,6 +108,7 @@ def _run_context(index: int, run: RunRecord, records: Sequence[CaseRecord]) -> d
         "frontier": _frontier(run, records),
         "cases": case_table(records, f.axis, run.peak), "raw": raw_stats(records, f.axis),
         "training": _training(records),
+        "ranks": _ranks(records),
     }
 
 
@@ -138,6 +140,15 @@ def _training(records: Sequence[CaseRecord]) -> dict[str, Any] | None:
         return None
     figures = [fig for fig in (size_figure(records), memory_figure(records)) if fig is not None]
     return {"rows": rows, "figures": [Markup(figure_svg(fig)) for fig in figures]}
+
+
+def _ranks(records: Sequence[CaseRecord]) -> dict[str, Any] | None:
+    """The section of cases across ranks (reports.ranks_view): its table and figure; None without such cases."""
+    rows = rank_rows(records)
+    if not rows:
+        return None
+    fig = scaling_figure(records)
+    return {"rows": rows, "figure": Markup(figure_svg(fig)) if fig is not None else None}
 
 
 def _figures(records: Sequence[CaseRecord], spec: PlotSpec, f: Findings) -> list[dict[str, Any]]:

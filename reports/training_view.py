@@ -23,8 +23,9 @@ KIND_COLOURS = ("#2e86c1", "#28b463", "#f39c12", "#8e44ad", "#bdc3c7")
 
 
 def training_records(records: Sequence[CaseRecord]) -> list[CaseRecord]:
-    """The ok cases of mode train_step."""
-    return [r for r in records if r.workload.get("mode") == "train_step" and r.status == "ok"]
+    """The ok cases of mode train_step in one process (a case across ranks: reports.ranks_view)."""
+    return [r for r in records if r.workload.get("mode") == "train_step" and r.status == "ok"
+            and r.workload.get("parallel", "none") == "none"]
 
 
 def _m(r: CaseRecord, name: str) -> float | None:

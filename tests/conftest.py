@@ -41,7 +41,7 @@ COLLECTED_SERIALLY = SERIAL_MODULES | PARTLY_SERIAL_MODULES
 
 
 SLOW_MODULES_FIRST = ("test_claims_figures", "test_history", "test_side_by_side", "test_hf_models", "test_claims_mnist1d",
-                      "test_history_browser", "test_executor_ray", "test_executor", "test_overhead",
+                      "test_history_browser", "test_executor_ray", "test_executor", "test_ranks", "test_overhead",
                       "test_report_browser", "test_concurrent_runs", "test_faults_pg", "test_report", "test_resume",
                       "test_faults", "test_pytest_plugin", "test_vision", "test_ab_versions", "test_cli",
                       "test_timm_models", "test_roofline", "test_vision_zoo",

@@ -90,6 +90,8 @@ PINNED_CPU_KEYS = {
     ("training", True): (6, "b27538ac77d76448"),
     ("hf_vs_ours", False): (10, "a89d1b13a2464095"),
     ("hf_vs_ours", True): (10, "c1a31ff3852984af"),
+    ("scaling", False): (16, "9912821b1280f002"),
+    ("scaling", True): (8, "c60e8f2ea6d1c392"),
 }
 """(suite, --quick) -> (cases, sha1 of their keys in order) without --device cuda, taken before the [cuda] tables
 were added: a CPU run of every built-in suite keeps its cases and keys (stored runs, --resume and the CI
@@ -112,8 +114,9 @@ def test_cpu_cases_are_pinned(path, quick):
     assert [c.key for c in load_suite(str(path), quick=quick, sets={"device": "cpu"}).cases] == keys
 
 
-CUDA_SUITES = ("attention_scaling", "vit_vs_cnn", "long_sequence", "kv_cache", "heads", "generation", "training")
-AMP_SUITES = ("training",)   # [cuda] trains under bf16 autocast over fp32 master weights (dtype fp32, amp bf16)
+CUDA_SUITES = ("attention_scaling", "vit_vs_cnn", "long_sequence", "kv_cache", "heads", "generation", "training",
+               "scaling")
+AMP_SUITES = ("training", "scaling")   # [cuda] trains under bf16 autocast over fp32 master weights (dtype fp32, amp bf16)
 
 
 @pytest.mark.parametrize("quick", [False, True], ids=["full", "quick"])

@@ -25,6 +25,9 @@ FAILED: frozenset[str] = frozenset({"error", "crashed"})
 
 LABEL_KEYS = ("seq_len", "img_size", "batch_size", "dtype", "mode", "device", "compile", "prompt_len", "new_tokens")
 """Workload fields a case is labelled by (the others, e.g. threads, are the same across a run)."""
+OMITTED_DEFAULTS: dict[str, Any] = {"compile": "none", "prompt_len": None, "new_tokens": None, "optimizer": "adamw",
+                                    "amp": "none", "checkpointing": "none", "world_size": 1, "parallel": "none"}
+"""Workload fields a record leaves out while at their default (harness.contract.spec.OMITTED_WHEN_DEFAULT), with it."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,8 @@ class CaseRecord:
             return getattr(self, key)
         if key in self.workload:
             return self.workload[key]
+        if key in OMITTED_DEFAULTS:
+            return OMITTED_DEFAULTS[key]
         return self.config.get(key)
 
     def params(self, keys: tuple[str, ...] = ()) -> dict[str, Any]:

@@ -34,6 +34,10 @@ CUDA_ONLY_COMPILES: frozenset[str] = frozenset({"cudagraphs"})
 OPTIMIZERS: tuple[str, ...] = ("adamw", "sgd")
 AMPS: tuple[str, ...] = ("none", "bf16", "fp16")     # autocast dtype; "fp16" adds a GradScaler (CUDA only)
 CHECKPOINTINGS: tuple[str, ...] = ("none", "block")  # "block": each block of the model's main ModuleList
+# One case across ``world_size`` ranks (harness.engine.ranks): "ddp" (DistributedDataParallel) and "fsdp" (FSDP2
+# fully_shard) time a training step, each rank on its own batch of ``batch_size``; "none": one process.
+PARALLELS: tuple[str, ...] = ("none", "ddp", "fsdp")
+PARALLEL_MODES: dict[str, tuple[str, ...]] = {"ddp": ("train_step",), "fsdp": ("train_step",)}
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,8 @@ class Workload:
     optimizer: str = "adamw"     # train_step only: one of OPTIMIZERS; not part of a case's key at its default
     amp: str = "none"            # train_step only: one of AMPS; not part of a case's key at its default
     checkpointing: str = "none"  # train_step only: one of CHECKPOINTINGS; not part of a case's key at its default
+    world_size: int = 1          # ranks the case spans (harness.engine.ranks); not part of a case's key at 1
+    parallel: str = "none"       # one of PARALLELS: how the ranks split the work; not part of a case's key at "none"
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "seq_len", "img_size", *GENERATION_KEYS):
@@ -88,6 +94,24 @@ class Workload:
             raise BenchInputError(f"{self.compile!r} needs a CUDA device (it replays CUDA graphs), not "
                                   f"{self.device!r}; there use \"default\" or \"max-autotune\"", where="compile")
         self._check_training()
+        self._check_parallel()
+
+    def _check_parallel(self) -> None:
+        """``world_size`` a positive integer; ``parallel`` known, set whenever several ranks are asked for, and in a
+        mode it can run (ddp and fsdp: a training step), eager (one process's compile is not the ranks')."""
+        if isinstance(self.world_size, bool) or not isinstance(self.world_size, int) or self.world_size < 1:
+            raise BenchInputError(f"must be a positive integer, got {self.world_size!r}", where="world_size")
+        if self.parallel not in PARALLELS:
+            raise BenchInputError(f"unknown parallel {self.parallel!r}; expected one of {list(PARALLELS)}",
+                                  where="parallel")
+        if self.world_size > 1 and self.parallel == "none":
+            raise BenchInputError(f"world_size {self.world_size} needs parallel = one of "
+                                  f"{list(PARALLELS[1:])} (how the ranks split the work)", where="parallel")
+        if self.parallel != "none" and self.mode not in PARALLEL_MODES[self.parallel]:
+            raise BenchInputError(f"parallel {self.parallel!r} runs mode {' or '.join(PARALLEL_MODES[self.parallel])}"
+                                  f", not {self.mode!r}", where="parallel")
+        if self.parallel != "none" and self.compile != "none":
+            raise BenchInputError(f"parallel {self.parallel!r} runs eager: compile must be \"none\"", where="compile")
 
     def _check_training(self) -> None:
         """The train_step fields: known values, set only for a training step, fp16 autocast only on CUDA (its
@@ -118,7 +142,7 @@ WORKLOAD_KEYS: frozenset[str] = frozenset(f.name for f in dataclasses.fields(Wor
 # case's key and stored workload while at their default, so every case that existed before keeps its key. A
 # field added from now on goes here too.
 OMITTED_WHEN_DEFAULT: frozenset[str] = frozenset({"compile", "prompt_len", "new_tokens", "optimizer", "amp",
-                                                  "checkpointing"})
+                                                  "checkpointing", "world_size", "parallel"})
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(Workload)}
 
 

@@ -20,6 +20,7 @@ from torch import nn
 from harness.instruments import flops as flop_counter
 from harness.instruments import energy
 from harness.engine import generation
+from harness.engine import ranks
 from harness.instruments import kernels
 from harness.instruments import memory
 from harness.contract import registry
@@ -331,7 +332,10 @@ def add_time_parts(p: Prepared, timed: TimingResult, warmup_s: float | None = No
 
 
 def run_case(case: Case, opts: RunOptions) -> CaseRecord:
-    """Measure one case in this process and return its Record (never raises for a case's own failure)."""
+    """Measure one case in this process and return its Record (never raises for a case's own failure); a case
+    across ranks in its own rank processes (:func:`harness.engine.ranks.run_ranked`)."""
+    if ranks.spans_ranks(case.workload):
+        return ranks.run_ranked(case, opts, fake_pass)
     p = prepare(case, opts)
     try:
         if isinstance(p, CaseRecord):
@@ -404,6 +408,9 @@ def run_group(cases: Sequence[Case], opts: RunOptions) -> list[CaseRecord]:
         release()
 
     for case in cases:
+        if ranks.spans_ranks(case.workload):      # its own rank processes: never side by side with another
+            out[case.key] = ranks.run_ranked(case, opts, fake_pass)
+            continue
         p = prepare(case, opts, in_use=[(b.model, b.case.workload.mode) for b in built])
         if isinstance(p, CaseRecord):
             out[case.key] = p

@@ -162,14 +162,10 @@ def make_optimizer(name: str, params: Iterable[nn.Parameter]) -> torch.optim.Opt
 
 
 def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
-    """Bytes of the tensors the optimizer holds as state now (AdamW: after its first step)."""
-    seen: dict[int, int] = {}
-    for state in optimizer.state.values():
-        for value in state.values():
-            if isinstance(value, torch.Tensor):
-                st = value.untyped_storage()
-                seen.setdefault(id(st), st.nbytes())
-    return sum(seen.values())
+    """Bytes of the tensors the optimizer holds as state now (AdamW: after its first step); of a sharded
+    parameter's state (FSDP) the rank's own shard (:func:`harness.instruments.memory.tensor_bytes`)."""
+    return memory.tensor_bytes([v for state in optimizer.state.values() for v in state.values()
+                                if isinstance(v, torch.Tensor)])
 
 
 @dataclass
@@ -276,8 +272,9 @@ def analytic_memory(params: Iterable[nn.Parameter], optimizer: str) -> dict[str,
 
 
 def grad_bytes(params: Iterable[nn.Parameter]) -> int:
-    """Bytes of the gradients the parameters hold now."""
-    return sum(p.grad.numel() * p.grad.element_size() for p in params if p.grad is not None)
+    """Bytes of the gradients the parameters hold now (shared storages once: DDP's gradient buckets; of a sharded
+    gradient, FSDP's, the rank's own shard)."""
+    return memory.tensor_bytes([p.grad for p in params if p.grad is not None])
 
 
 def measure_memory(step: TrainStep, static_before: int, device: torch.device) -> dict[str, float]:

@@ -1,0 +1,154 @@
+"""One rank of a multi-rank case: ``python -m harness.engine.rank_worker JOB RANK`` (started by
+:func:`harness.engine.ranks.run_ranked`, never by hand).
+
+The rank pins its threads (and, where the machine has the cores, its CPU set) so that N ranks do not oversubscribe
+the machine, joins the process group on the loopback address, builds the model (:func:`harness.engine.models.materialize`,
+the same seeded weights on every rank) and its own batch, splits the model (:func:`harness.engine.distributed.wrap`),
+checks one step's gradients against one process's (a mismatch ends the case as an error), times the step
+(:func:`harness.engine.distributed.barrier_samples`), measures its memory by kind
+(:meth:`harness.engine.training.TrainStep.memory`) and the step's collectives alone, and writes what it found to
+``rank<R>.pkl`` in the job's folder — or, when it fails, the one-line reason to ``rank<R>.err`` and exits 3.
+"""
+from __future__ import annotations
+
+import ctypes
+import datetime
+import os
+import pickle
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from harness.contract import registry
+from harness.contract.plugins import load_files as load_plugin_files
+from harness.contract.spec import ArchSpec, Case, Workload
+from harness.engine import distributed, training
+from harness.engine.env import usable_cores
+from harness.engine.models import materialize
+from harness.engine.runner import RunOptions, is_oom
+from harness.engine.steps import cast_inputs
+from harness.engine.torch_types import torch_dtype
+from harness.instruments import memory
+
+EXIT_FAILED = 3          # the rank raised: its reason is in rank<R>.err
+INPUT_SEED = 1000        # rank r's batch is drawn after torch.manual_seed(INPUT_SEED + r)
+FORWARD_SEED = 2000      # and its checked forward (dropout) runs after torch.manual_seed(FORWARD_SEED + r)
+
+
+class GradientMismatch(RuntimeError):
+    """The ranks' gradients are not one process's on the same batches: the case is wrong, not slow."""
+
+
+def die_with_parent() -> None:
+    """Linux: the kernel SIGKILLs this rank when the process that started it dies (no rank outlives its case)."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
+        except OSError:
+            pass
+
+
+def rank_threads(w: Workload) -> int:
+    """Threads per rank: the workload's ``threads``, else this machine's usable cores split evenly (at least 1)."""
+    return w.threads or max(1, usable_cores() // w.world_size)
+
+
+def pin(rank: int, w: Workload) -> int:
+    """Set this rank's torch threads and, where the CPU set has a core per thread of every rank, its own disjoint
+    cores. Returns the thread count."""
+    threads = rank_threads(w)
+    torch.set_num_threads(threads)
+    if hasattr(os, "sched_getaffinity"):
+        cores = sorted(os.sched_getaffinity(0))
+        if len(cores) >= threads * w.world_size:
+            os.sched_setaffinity(0, cores[rank * threads:(rank + 1) * threads])
+    return threads
+
+
+def rank_device(w: Workload, rank: int) -> torch.device:
+    """Rank r's device: the CPU, or CUDA device r."""
+    return torch.device("cuda", rank) if w.device.startswith("cuda") else torch.device("cpu")
+
+
+def rank_inputs(spec: ArchSpec, w: Workload, device: torch.device, rank: int) -> tuple:
+    """Rank ``rank``'s batch (``w.batch_size`` items), the same wherever it is made."""
+    torch.manual_seed(INPUT_SEED + rank)
+    return cast_inputs(spec.make_inputs(spec.config, w, device), torch_dtype(w))
+
+
+def one_process_grads(spec: ArchSpec, w: Workload, device: torch.device) -> dict[str, torch.Tensor]:
+    """One process's gradients on every rank's batch: the mean of the ranks' losses, on the model as materialize
+    builds it (the ranks' weights)."""
+    ref = materialize(spec, w, device)
+    for r in range(w.world_size):
+        step = training.make_train_step(ref, rank_inputs(spec, w, device, r), w)
+        torch.manual_seed(FORWARD_SEED + r)
+        (step.forward_loss() / w.world_size).backward()
+    return {n: p.grad for n, p in ref.named_parameters() if p.requires_grad and p.grad is not None}
+
+
+def run_rank(case: Case, opts: RunOptions, rank: int, port: int, timeout_s: float) -> dict[str, Any]:
+    """The rank's part of ``case`` (see the module docstring), as plain data."""
+    w = case.workload
+    threads = pin(rank, w)
+    device = rank_device(w, rank)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=w.world_size,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+    load_plugin_files(opts.plugins)
+    spec = registry.resolve(case.arch, **dict(case.overrides))
+    inputs = rank_inputs(spec, w, device, rank)
+    model = materialize(spec, w, device)
+    step = training.make_train_step(distributed.wrap(model, w.parallel, device), inputs, w)
+    payload = distributed.comm_payload(model, w.parallel)
+    # correctness first: one step's gradients against one process's on every rank's batch
+    torch.manual_seed(FORWARD_SEED + rank)
+    step.backward(step.forward_loss())
+    err = distributed.gradient_error(distributed.gathered_grads(model),
+                                     lambda: one_process_grads(spec, w, device), device)
+    step.update()
+    tolerance = distributed.GRAD_TOLERANCE[w.amp if w.amp != "none" else w.dtype]
+    if not err <= tolerance:
+        raise GradientMismatch(f"{w.parallel} gradients on {w.world_size} ranks differ from one process's on the "
+                               f"same batches: largest relative difference {err:.3g} > {tolerance:g}")
+    out: dict[str, Any] = {"rank": rank, "threads": threads, "grad_max_rel_err": err, "payload": payload}
+    if "latency" in case.metrics:
+        out["timing"] = distributed.barrier_samples(step, opts.timing, device)
+    if "memory" in case.metrics:
+        held = memory.tensor_bytes(model) + memory.tensor_bytes([x for x in inputs if isinstance(x, torch.Tensor)])
+        if w.parallel == "ddp":      # DDP's all-reduce buckets stay allocated between steps (gradients view them)
+            held += payload.all_reduce
+        out["memory"] = step.memory(held, device)
+    dtype = next(p for p in model.parameters() if p.requires_grad).dtype
+    out["comm_s"] = distributed.time_collectives(payload, device, dtype)
+    dist.barrier()
+    return out
+
+
+def main(job_path: str, rank: int) -> None:
+    die_with_parent()
+    job = pickle.loads(Path(job_path).read_bytes())
+    if os.getppid() != job["parent"]:     # the parent died while this rank was starting: nothing to report to
+        os._exit(EXIT_FAILED)
+    folder = Path(job_path).parent
+    try:
+        result = run_rank(job["case"], job["opts"], rank, job["port"], job["timeout_s"])
+    except BaseException as exc:  # noqa: BLE001 — the launcher turns the reason into the case's record
+        text = str(exc).strip()
+        reason = {"message": f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}", "oom": is_oom(exc)}
+        (folder / f"rank{rank}.err").write_bytes(pickle.dumps(reason))
+        os._exit(EXIT_FAILED)        # a failed rank's process group cannot be torn down politely
+    tmp = folder / f"rank{rank}.tmp"
+    tmp.write_bytes(pickle.dumps(result))
+    tmp.rename(folder / f"rank{rank}.pkl")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]))

@@ -1,0 +1,58 @@
+"""A test-only plug-in architecture (`rank-faulty`) whose forward misbehaves on one rank of a multi-rank case.
+
+Loaded by file path (``RunOptions(plugins=...)``) into the worker and rank processes only, never into the test
+runner: ``tests/test_ranks.py`` runs its cases through the process executor. The fault fires only on real tensors
+inside a process group, on rank ``cfg.rank``: ``sigkill`` (the rank dies), ``hang`` (it sleeps past the case's
+timeout) or ``skew`` (its output is scaled, so the ranks' gradients are not one process's).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch._subclasses.fake_tensor import is_fake
+
+from harness.contract.registry import register
+from harness.contract.spec import ArchSpec, Workload
+
+Behavior = Literal["ok", "sigkill", "hang", "skew"]
+
+
+@dataclass(frozen=True)
+class RankFaultyConfig:
+    behavior: Behavior = "ok"
+    rank: int = 1
+    width: int = 16
+
+
+class RankFaulty(nn.Module):
+    def __init__(self, cfg: RankFaultyConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.proj = nn.Linear(cfg.width, cfg.width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, width) -> (B, width)
+        out = self.proj(x)
+        if is_fake(x) or not dist.is_initialized() or dist.get_rank() != self.cfg.rank:
+            return out
+        if self.cfg.behavior == "sigkill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif self.cfg.behavior == "hang":
+            time.sleep(600)
+        elif self.cfg.behavior == "skew":
+            return 1.5 * out
+        return out
+
+
+def rank_faulty_inputs(cfg: RankFaultyConfig, w: Workload, device: torch.device) -> tuple[torch.Tensor, ...]:
+    return (torch.randn(w.batch_size, cfg.width, device=device),)
+
+
+register(ArchSpec("rank-faulty", "test", RankFaultyConfig(), RankFaulty, rank_faulty_inputs,
+                  "test-only: a linear layer whose forward dies, hangs or skews on one rank"))

@@ -1,0 +1,174 @@
+"""One case across 2 ranks (gloo, on the CPU): gradients equal to one process's (DDP, FSDP), per-rank memory by kind
+(FSDP's saving), a rank killed, a rank hung, a mismatch that is an error, and bad input refused before anything runs.
+
+The fault cases use tests/plugin_rank_faults.py, loaded only in the worker and rank processes (one ProcessExecutor
+sweep of three cases, which also shows the sweep going on after a dead and a hung rank)."""
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from harness.contract.errors import BenchInputError
+from harness.contract.registry import resolve
+from harness.contract.records import OMITTED_DEFAULTS
+from harness.contract.spec import OMITTED_WHEN_DEFAULT, Case, Workload, workload_dict
+from harness.engine import ranks
+from harness.engine.distributed import Payload, relative_error
+from harness.engine.runner import RunOptions, run_case
+from harness.executors import ProcessExecutor
+from harness.instruments.timing import TimingConfig
+from reports.ranks_view import rank_rows, scaling_figure
+from reports.training_view import training_rows
+from tests.helpers import invoke
+
+PLUGIN = str(Path(__file__).with_name("plugin_rank_faults.py"))
+FAST = TimingConfig(warmup_calls=1, warmup_s=0.0, min_samples=3, min_time_s=0.0, max_time_s=5.0, rounds=1)
+METRICS = ("latency", "memory", "flops")
+
+
+def decoder_case(parallel: str) -> Case:
+    w = Workload(batch_size=2, seq_len=16, mode="train_step", world_size=2, parallel=parallel)
+    return Case("ranks", parallel, "decoder-tiny", (), w, METRICS)
+
+
+@pytest.fixture(scope="module")
+def measured() -> dict:
+    """decoder-tiny's training step on 2 gloo ranks, DDP and FSDP (in this process: the ranks are its children)."""
+    return {p: run_case(decoder_case(p), RunOptions(timing=FAST, timeout_s=240)) for p in ("ddp", "fsdp")}
+
+
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_gradients_equal_one_process(measured, parallel):
+    rec = measured[parallel]
+    assert rec.status == "ok", rec.message
+    # averaged, as one process on both batches (FSDP summing instead would be a relative error of 1)
+    assert rec.metrics["grad_max_rel_err"] <= 1e-4
+    assert "share this machine's" in rec.message and "not speed" in rec.message
+
+
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_times_rates_and_flops_per_rank(measured, parallel):
+    m = measured[parallel].metrics
+    assert m["n_samples"] == len(measured[parallel].samples_s) >= 3
+    medians = [m["rank0_median_ms"], m["rank1_median_ms"]]
+    assert m["median_ms"] >= min(medians)            # sample i of the step is the slower rank's sample i
+    assert m["tokens_per_s"] == pytest.approx(2 * m["tokens_per_s_per_rank"])
+    assert m["tokens_per_s_per_rank"] == pytest.approx(2 * 16 / (m["median_ms"] / 1e3))
+    assert m["flops_all_ranks"] == 2 * m["flops"] > 0
+    assert 0 < m["comm_share"] == pytest.approx(m["comm_ms"] / m["median_ms"])
+
+
+def test_memory_by_kind_per_rank_shows_fsdp_sharding(measured):
+    ddp, fsdp = measured["ddp"].metrics, measured["fsdp"].metrics
+    params = resolve("decoder-tiny").build(resolve("decoder-tiny").config)
+    weights = sum(p.numel() * 4 for p in params.parameters())
+    for r in (0, 1):
+        assert ddp[f"rank{r}_weight_bytes"] == weights          # every rank holds the whole model
+        assert ddp[f"rank{r}_grad_bytes"] == weights
+        assert ddp[f"rank{r}_optimizer_state_bytes"] >= 2 * weights
+        for kind in ("weight_bytes", "grad_bytes", "optimizer_state_bytes"):   # FSDP: each rank its half
+            assert fsdp[f"rank{r}_{kind}"] == pytest.approx(ddp[f"rank{r}_{kind}"] / 2, rel=0.02), kind
+        assert fsdp[f"rank{r}_peak_bytes"] < ddp[f"rank{r}_peak_bytes"]
+    for m in (ddp, fsdp):        # the unprefixed figure is the largest rank's, never the sum
+        assert m["peak_bytes"] == max(m["rank0_peak_bytes"], m["rank1_peak_bytes"])
+        assert m["measured_weight_bytes"] == max(m["rank0_weight_bytes"], m["rank1_weight_bytes"])
+
+
+def test_communication_bytes_derived_from_parameter_sizes(measured):
+    ddp, fsdp = measured["ddp"].metrics, measured["fsdp"].metrics
+    weights = ddp["rank0_weight_bytes"]
+    assert ddp["comm_payload_bytes"] == weights              # one all-reduce of every gradient
+    assert ddp["comm_bytes_per_rank"] == weights             # ring: 2 (N-1)/N of it, N = 2
+    # FSDP: gather every parameter in the forward, the blocks' again in the backward, reduce-scatter every gradient
+    assert 2 * weights < fsdp["comm_payload_bytes"] < 3 * weights
+    assert fsdp["comm_bytes_per_rank"] == fsdp["comm_payload_bytes"] / 2
+    assert Payload(all_reduce=100).sent_per_rank(4) == 150
+    assert Payload(all_gather=100, reduce_scatter=100).sent_per_rank(4) == 150
+
+
+def test_relative_error_sees_a_sum_for_a_mean():
+    g = {"w": torch.tensor([1.0, -2.0])}
+    assert relative_error({"w": 2 * g["w"]}, g) == pytest.approx(1.0)
+    assert relative_error(g, g) == 0.0
+    assert relative_error({}, g) == float("inf")
+
+
+def _rank_processes_since(start: float) -> list[int]:
+    """Rank worker processes started since ``start`` (epoch seconds) and still alive, after a short grace for a
+    rank killed with its parent (PR_SET_PDEATHSIG) to go."""
+    deadline = time.monotonic() + 5.0
+    while True:
+        found = []
+        for p in psutil.process_iter(["cmdline", "create_time", "status"]):
+            if p.info["create_time"] >= start and "harness.engine.rank_worker" in (p.info["cmdline"] or []) \
+                    and p.info["status"] != psutil.STATUS_ZOMBIE:
+                found.append(p.pid)
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.2)
+
+
+def test_a_dead_or_hung_rank_ends_its_case_and_the_sweep_goes_on():
+    def case(behavior: str) -> Case:
+        w = Workload(batch_size=2, mode="train_step", world_size=2, parallel="ddp")
+        return Case("ranks", behavior, "rank-faulty", (("behavior", behavior),), w, ("latency",))
+    start = time.time() - 1.0
+    opts = RunOptions(timing=FAST, timeout_s=240, plugins=(PLUGIN,))
+    short = RunOptions(timing=FAST, timeout_s=20, plugins=(PLUGIN,))      # the hang: its ranks stopped at 18 s
+    ex = ProcessExecutor()
+    try:
+        recs = {r.line: r for r in ex.run([case("sigkill"), case("skew")], opts)}
+        recs.update({r.line: r for r in ex.run([case("hang")], short)})        # the same worker goes on
+        assert recs["sigkill"].status == "crashed", recs["sigkill"].message
+        assert "rank 1 killed by signal 9" in recs["sigkill"].message
+        assert recs["hang"].status == "timeout", recs["hang"].message
+        assert recs["hang"].duration_s < short.timeout_s           # the case's own timeout, within its budget
+        assert recs["skew"].status == "error"                       # a mismatch is an error, not a result
+        assert "differ from one process's" in recs["skew"].message
+        assert _rank_processes_since(start) == []             # no rank left behind
+    finally:
+        ex.close()
+
+
+def test_bad_input_is_refused_before_anything_runs(monkeypatch, tmp_path):
+    with pytest.raises(BenchInputError, match="needs parallel"):
+        Workload(mode="train_step", world_size=2)
+    with pytest.raises(BenchInputError, match="runs mode train_step"):
+        Workload(mode="fwd", world_size=2, parallel="ddp")
+    with pytest.raises(BenchInputError, match="positive integer"):
+        Workload(mode="train_step", world_size=0, parallel="ddp")
+    with pytest.raises(BenchInputError, match="unknown parallel"):
+        Workload(mode="train_step", world_size=2, parallel="pipeline")
+    monkeypatch.setattr(ranks, "usable_cores", lambda: 2)
+    with pytest.raises(BenchInputError, match="needs 3 CPU cores"):
+        ranks.check_ranks(resolve("decoder-tiny"), Workload(mode="train_step", world_size=3, parallel="fsdp"))
+    store = tmp_path / "r.db"
+    result = invoke("run", "training", "--quick", "--executor", "inline", "--store", f"sqlite:///{store}",
+                    "--set", "world_size=3", "--set", "parallel=ddp")
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "world_size 3 needs 3" in lines[0]
+    assert not store.exists()
+
+
+def test_world_size_one_keeps_the_case_key():
+    defaults = {f.name: f.default for f in dataclasses.fields(Workload)}
+    assert OMITTED_DEFAULTS == {k: defaults[k] for k in OMITTED_WHEN_DEFAULT}   # a record reads them back
+    w = Workload(mode="train_step")
+    assert "world_size" not in workload_dict(w) and "parallel" not in workload_dict(w)
+    assert workload_dict(Workload(mode="train_step", world_size=2, parallel="ddp"))["world_size"] == 2
+
+
+def test_the_report_shows_each_rank_and_leaves_the_one_process_table(measured):
+    recs = [measured["ddp"], measured["fsdp"]]
+    rows = rank_rows(recs)
+    assert [r["parallel"] for r in rows] == ["ddp", "fsdp"]
+    assert rows[1]["peaks"].count(" / ") == 1                     # every rank's peak, side by side
+    assert float(rows[1]["weights"]) < float(rows[0]["weights"])  # FSDP's shard
+    assert scaling_figure(recs) is not None
+    assert training_rows(recs) == []                               # not mixed into the one-process table
