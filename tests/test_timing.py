@@ -69,7 +69,7 @@ def test_cold_call_recorded_separately() -> None:
 
     r = measure_cpu(lazy, TimingConfig.quick())
     assert r.cold_s >= 0.03
-    assert statistics.median(r.samples_s) < 0.01
+    assert statistics.median(r.samples_s) < r.cold_s / 3     # the cold call (30 ms) is not among the samples (0.5 ms)
     assert len(calls) == 1 + r.warmup_calls + r.block_size * len(r.samples_s)
 
 
