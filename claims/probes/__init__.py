@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import math
 import multiprocessing
+import pkgutil
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, TypeVar
@@ -35,7 +36,6 @@ PROCESSES = 3
 unit of replication (harness.analysis.process_stats), so a timing that decides a verdict has an interval over
 processes — as a suite's cases do with ``processes`` in claims/reads.toml."""
 PROBES: dict[str, tuple[ProbeFn, tuple[str, ...]]] = {}
-MODULES = ("cost", "long_sequence", "variants", "vision", "training", "blocks", "ssm", "vision_rivals", "round3")
 
 
 def probe(name: str, figures: tuple[str, ...]) -> Callable[[ProbeFn], ProbeFn]:
@@ -47,9 +47,14 @@ def probe(name: str, figures: tuple[str, ...]) -> Callable[[ProbeFn], ProbeFn]:
     return deco
 
 
+def probe_modules() -> list[str]:
+    """Every module of this package, found on disk: a probe is registered by being in one (no list is kept)."""
+    return sorted(f"{__name__}.{m.name}" for m in pkgutil.iter_modules(__path__) if not m.ispkg)
+
+
 def load_all() -> dict[str, tuple[ProbeFn, tuple[str, ...]]]:
-    for m in MODULES:
-        importlib.import_module(f"{__name__}.{m}")
+    for m in probe_modules():
+        importlib.import_module(m)
     return PROBES
 
 
