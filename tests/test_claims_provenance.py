@@ -129,3 +129,14 @@ def test_c28s_headline_demands_processes_and_its_suite_is_measured_so():
     assert load_reads()["vit_vs_cnn"].processes >= rule.processes
     with pytest.raises(BenchInputError, match="processes must be"):
         parse({"x": {"why": "w", "processes": 0}})
+
+
+def test_probe_modules_are_discovered_from_the_package_not_a_kept_list():
+    import sys
+    from pathlib import Path
+    import claims.probes as probes
+    on_disk = {p.stem for p in Path(probes.__file__).parent.glob("*.py") if p.stem != "__init__"}
+    assert {m.rsplit(".", 1)[1] for m in probes.probe_modules()} == on_disk
+    probes.load_all()
+    assert all(f"claims.probes.{m}" in sys.modules for m in on_disk)
+    assert not hasattr(probes, "MODULES")

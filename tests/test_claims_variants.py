@@ -118,6 +118,16 @@ def test_sequential_figures_move_with_the_times():
     assert s["decode_over_prefill"].has_interval
 
 
+def test_sequential_figures_over_several_processes_say_how_many_processes_their_interval_covers():
+    jitter = [1 + 0.01 * (i - 1) for i in range(3)]
+    per_process = [{n: (_timed([n * 1e-3 * j * (1 + 0.02 * k) for j in jitter]), _timed([1e-3 * j for j in jitter]))
+                    for n in (4, 16, 64)} for k in range(3)]                           # 3 processes, 3 rounds each
+    f = variants.sequential_figures(per_process)
+    assert f["decode_over_prefill"].processes == 3 and f["decode_over_prefill_exp"].processes == 3
+    assert f["decode_over_prefill"].value == pytest.approx(64, rel=0.05)
+    assert variants.sequential_figures(per_process[0])["decode_over_prefill"].processes == 1
+
+
 def test_batch_gain_is_read_at_the_shortest_context():
     rows = [_rec("MHA cache b=1", n, 4.0, n_kv_heads=8, use_cache=True, batch_size=1) for n in (64, 2048)]
     rows += [_rec("MHA cache b=8", 64, 8.0, n_kv_heads=8, use_cache=True, batch_size=8),

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import importlib
 import math
+import multiprocessing
+import pkgutil
 from collections.abc import Callable, Sequence
-from typing import Any
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any, TypeVar
 
 import torch
 
@@ -26,8 +29,13 @@ TIMING_METRICS = TIMINGS              # the metric catalog's measured times and 
 EXACT_METRICS = EXACT_COUNTS          # counts: an affine fit of them is exact within rounding
 
 ProbeFn = Callable[[Context], Evidence]
+T = TypeVar("T")
+
+PROCESSES = 3
+"""Fresh worker processes a timing taken in a probe's own code runs in (:func:`in_processes`): the process is the
+unit of replication (harness.analysis.process_stats), so a timing that decides a verdict has an interval over
+processes — as a suite's cases do with ``processes`` in claims/reads.toml."""
 PROBES: dict[str, tuple[ProbeFn, tuple[str, ...]]] = {}
-MODULES = ("cost", "long_sequence", "variants", "vision", "training", "blocks", "ssm", "vision_rivals", "round3")
 
 
 def probe(name: str, figures: tuple[str, ...]) -> Callable[[ProbeFn], ProbeFn]:
@@ -39,9 +47,14 @@ def probe(name: str, figures: tuple[str, ...]) -> Callable[[ProbeFn], ProbeFn]:
     return deco
 
 
+def probe_modules() -> list[str]:
+    """Every module of this package, found on disk: a probe is registered by being in one (no list is kept)."""
+    return sorted(f"{__name__}.{m.name}" for m in pkgutil.iter_modules(__path__) if not m.ispkg)
+
+
 def load_all() -> dict[str, tuple[ProbeFn, tuple[str, ...]]]:
-    for m in MODULES:
-        importlib.import_module(f"{__name__}.{m}")
+    for m in probe_modules():
+        importlib.import_module(m)
     return PROBES
 
 
@@ -149,9 +162,34 @@ def median_ratio(a: CaseRecord | None, b: CaseRecord | None, note: str = "") -> 
     return comparison_figure(compare_records(b, a), note, busy_reason([a, b]))
 
 
-def timed_ratio(a: TimingResult, b: TimingResult, note: str = "", busy: str = "") -> Figure:
-    """a over b for two timings from one :func:`harness.instruments.timing.measure_interleaved` call (paired rounds)."""
-    c = compare_timings(Timing.of(b.samples_s, b.rounds), Timing.of(a.samples_s, a.rounds), paired=True)
+def in_processes(fn: Callable[..., T], *args: Any, n: int = PROCESSES) -> list[T]:
+    """``fn(*args)`` in ``n`` fresh spawned processes, one after another (two at once would share the cores), its
+    results in order. ``fn`` and ``args`` must be picklable (a module-level function, plain data); an exception in a
+    process is raised here."""
+    spawn = multiprocessing.get_context("spawn")         # never fork: OpenMP state does not survive it
+    out = []
+    for _ in range(n):
+        with ProcessPoolExecutor(1, mp_context=spawn) as pool:
+            out.append(pool.submit(fn, *args).result())
+    return out
+
+
+def _pooled(results: Sequence[TimingResult]) -> Timing:
+    """One side's timing from one measurement per process: the samples and rounds of process 0, then 1, ..."""
+    return Timing.of([s for r in results for s in r.samples_s], [k for r in results for k in r.rounds],
+                     n_processes=len(results))
+
+
+def timed_ratio(a: TimingResult | Sequence[TimingResult], b: TimingResult | Sequence[TimingResult],
+                note: str = "", busy: str = "") -> Figure:
+    """a over b for timings from :func:`harness.instruments.timing.measure_interleaved` (paired rounds): one call's
+    pair, or one pair per fresh process (:func:`in_processes`; a[k] and b[k] from process k's call), whose interval
+    is then over processes (the figure's ``processes`` says how many)."""
+    a_s = [a] if isinstance(a, TimingResult) else list(a)
+    b_s = [b] if isinstance(b, TimingResult) else list(b)
+    if len(a_s) != len(b_s) or len({len(r.rounds) for r in (*a_s, *b_s)}) != 1:
+        raise ValueError("timed_ratio needs the same number of processes a side, each with the same rounds")
+    c = compare_timings(_pooled(b_s), _pooled(a_s), paired=True)
     return comparison_figure(c, note, busy)
 
 

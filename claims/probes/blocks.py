@@ -14,14 +14,15 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from architectures.layers.attention import Attention, eager_attention
 from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure
-from claims.probes import built_params, probe, timed_ratio
+from claims.probes import PROCESSES, built_params, in_processes, probe, timed_ratio
 from claims.probes.cost import eager_score_bytes, score_rss_bytes
 from harness.instruments.flops import count_params
 from harness.contract.errors import BenchInputError
 from harness.contract.registry import resolve
 from harness.analysis.fits import fit_loglog
 from harness.instruments.load import LoadMonitor
-from harness.instruments.timing import TimingConfig, measure_interleaved
+from harness.engine.replicate import per_process_timing
+from harness.instruments.timing import TimingConfig, TimingResult, measure_interleaved
 
 
 # The configurations 000 Part 2 lists, completed with the layer counts, vocabularies and FFN widths of
@@ -190,36 +191,49 @@ def largest_intermediate_bytes(fn: Callable[[], object]) -> int:
     return mode.largest
 
 
-@probe("additive_vs_dot", figures=("additive_over_dot_latency", "additive_over_dot_bytes"))
-def additive_vs_dot(ctx: Context | None) -> Evidence:
-    """Forward latency (timed side by side in rounds, interval over the per-round ratios) and largest intermediate tensor of
-    dot-product vs additive attention at n = 256, d = d_a = 64, batch 4, fp32."""
+def _additive_setup() -> tuple[dict[str, Callable[[], Tensor]], tuple[int, int, int]]:
+    """The two attentions C34 compares, on the same seeded q, k, v (B = 4, n = 256, d = d_a = 64, fp32)."""
     torch.manual_seed(0)
     b, n, d = 4, 256, 64
     q, k, v = (torch.randn(b, n, d) for _ in range(3))
     add = Additive(d, d)
-    runs = {"dot": lambda: dot_attention(q, k, v), "additive": lambda: add(q, k, v)}
-    ev = Evidence()
-    monitor = LoadMonitor()
-    monitor.start()
+    return {"dot": lambda: dot_attention(q, k, v), "additive": lambda: add(q, k, v)}, (b, n, d)
+
+
+def additive_times_in_process(threads: int, timing: TimingConfig) -> dict[str, TimingResult]:
+    """One fresh process's share of C34's timing (:func:`claims.probes.in_processes`): both forwards side by side."""
+    torch.set_num_threads(threads)
+    runs, _ = _additive_setup()
     with torch.no_grad():
-        results = measure_interleaved(list(runs.values()), TimingConfig.quick())
-    load = monitor.stop()
+        results = measure_interleaved(list(runs.values()), timing)
     for r in results:
         if isinstance(r, BaseException):
             raise r
-    timed = dict(zip(runs, results))
-    ev.figures["additive_over_dot_latency"] = timed_ratio(timed["additive"], timed["dot"],
+    return dict(zip(runs, results))                                     # type: ignore[arg-type]
+
+
+@probe("additive_vs_dot", figures=("additive_over_dot_latency", "additive_over_dot_bytes"))
+def additive_vs_dot(ctx: Context | None) -> Evidence:
+    """Forward latency (timed side by side in rounds, in :data:`claims.probes.PROCESSES` fresh processes that share
+    one quick timing budget; interval over the processes) and largest intermediate tensor of dot-product vs
+    additive attention at n = 256, d = d_a = 64, batch 4, fp32."""
+    runs, (b, n, d) = _additive_setup()
+    ev = Evidence()
+    threads = ctx.threads if ctx is not None else torch.get_num_threads()
+    with LoadMonitor() as monitor:
+        per = in_processes(additive_times_in_process, threads, per_process_timing(TimingConfig.quick(), PROCESSES))
+    busy = monitor.result.reason() if monitor.result else ""
+    ev.figures["additive_over_dot_latency"] = timed_ratio([t["additive"] for t in per], [t["dot"] for t in per],
                                                           f"forward latency, B={b}, n={n}, d=d_a={d}, fp32",
-                                                          busy=load.reason())
+                                                          busy=busy)
     sizes = {name: largest_intermediate_bytes(fn) for name, fn in runs.items()}
     ev.figures["additive_over_dot_bytes"] = Figure(sizes["additive"] / sizes["dot"], unit="×",
                                                    note=f"largest intermediate tensor: additive "
                                                         f"{sizes['additive'] / 2**20:.1f} MiB vs dot "
                                                         f"{sizes['dot'] / 2**20:.1f} MiB")
+    medians = {name: sorted(s for t in per for s in t[name].samples_s) for name in runs}
     ev.chart = Chart("dot-product vs additive attention", "", "median ms", {
-        name: [(name, sorted(t.samples_s)[len(t.samples_s) // 2] * 1e3, None, None)] for name, t in timed.items()},
-        kind="bar")
+        name: [(name, xs[len(xs) // 2] * 1e3, None, None)] for name, xs in medians.items()}, kind="bar")
     return ev
 
 

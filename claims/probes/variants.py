@@ -12,7 +12,7 @@ from architectures.transformer import Decoder, DecoderConfig, Encoder, EncoderCo
 from architectures.transformer_cost import kv_cache_bytes
 from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure, mean_ci
-from claims.probes import mean_chart, median_ratio, probe, select, series, timed_ratio
+from claims.probes import in_processes, mean_chart, median_ratio, probe, select, series, timed_ratio
 from claims.probes import generation as gen
 from claims.probes.blocks import NAMED, TRANSFORMERS_SAME, transformers_side
 from harness.engine.generation import Generation
@@ -360,7 +360,13 @@ def alibi_rope(ctx: Context) -> Evidence:
 
 
 GEN_LENGTHS = {True: (4, 16, 64), False: (16, 64, 256)}      # quick, full: tokens generated
-GEN_REPEATS = 7
+GEN_REPEATS = 3                                              # rounds per process (claims.probes.PROCESSES of them)
+
+
+def generation_model(quick: bool) -> Decoder:
+    """The model C19 generates with: decoder-small (d = 512, h = 8), 2 layers under --quick; seeded, eval mode."""
+    torch.manual_seed(0)
+    return Decoder(resolve("decoder-small", **({"n_layers": 2} if quick else {})).config).eval()
 
 
 def generation_times(model: Decoder, n: int, repeats: int = GEN_REPEATS, batch: int = 1
@@ -386,23 +392,39 @@ def generation_times(model: Decoder, n: int, repeats: int = GEN_REPEATS, batch: 
     return dec, pre                                                      # type: ignore[return-value]
 
 
-def sequential_figures(times: dict[int, tuple[TimingResult, TimingResult]]) -> dict[str, Figure]:
-    """From (decode, prefill) timings per generated length n: ``decode_over_prefill``, time to decode the
-    largest n one token at a time / one parallel forward over it (paired over rounds), and
-    ``decode_over_prefill_exp``, the log-log slope of that ratio vs n over every round's ratio, with its
-    t-interval."""
-    top = max(times)
-    dec, pre = times[top]
-    per_round = {n: paired_ratio(d.samples_s, d.rounds, p.samples_s, p.rounds) for n, (d, p) in times.items()}
-    pts = [(float(n), r) for n, pr in per_round.items() for r in pr.per_round]
+Times = dict[int, tuple[TimingResult, TimingResult]]      # generated length n -> (decode, prefill)
+
+
+def generation_times_in_process(quick: bool, threads: int, lengths: tuple[int, ...]) -> Times:
+    """One fresh process's share of C19's timing (:func:`claims.probes.in_processes`): the model built, each
+    length's (decode, prefill) timed at ``threads`` threads."""
+    torch.set_num_threads(threads)
+    model = generation_model(quick)
+    return {n: generation_times(model, n) for n in lengths}
+
+
+def sequential_figures(times: Times | Sequence[Times]) -> dict[str, Figure]:
+    """From (decode, prefill) timings per generated length n — of one process, or one such table per fresh
+    process: ``decode_over_prefill``, time to decode the largest n one token at a time / one parallel forward over
+    it (paired; its interval over the processes when there are several), and ``decode_over_prefill_exp``, the
+    log-log slope of that ratio vs n with its t-interval, fitted over each process's ratio at each n (over each
+    round's, with one process)."""
+    per_process = [times] if isinstance(times, dict) else list(times)
+    top = max(per_process[0])
+    ratios = [{n: paired_ratio(d.samples_s, d.rounds, p.samples_s, p.rounds) for n, (d, p) in t.items()}
+              for t in per_process]
+    several = len(per_process) > 1
+    pts = [(float(n), r) for pr in ratios for n, x in pr.items() for r in ([x.ratio] if several else x.per_round)]
     fit = fit_loglog([x for x, _ in pts], [y for _, y in pts])
-    medians = ", ".join(f"n={n}: {pr.ratio:.3g}×" for n, pr in sorted(per_round.items()))
+    medians = "; ".join(", ".join(f"n={n}: {x.ratio:.3g}×" for n, x in sorted(pr.items())) for pr in ratios)
+    over = f"each of {len(per_process)} processes' ratio per n" if several else "each round's ratio"
     return {
-        "decode_over_prefill": timed_ratio(dec, pre, f"{top} cached single-token steps / one forward over "
-                                                     f"{top} tokens"),
+        "decode_over_prefill": timed_ratio([t[top][0] for t in per_process], [t[top][1] for t in per_process],
+                                           f"{top} cached single-token steps / one forward over {top} tokens"),
         "decode_over_prefill_exp": (Figure(float("nan"), note="fewer than 2 lengths") if fit is None else
                                     Figure(fit.exponent, fit.ci_low, fit.ci_high, "",
-                                           f"log-log slope of the ratio vs n ({medians})", fit.n)),
+                                           f"log-log slope of the ratio vs n, fitted over {over} ({medians})",
+                                           fit.n, processes=len(per_process))),
     }
 
 
@@ -428,18 +450,16 @@ def batch_gain(rows: Sequence[CaseRecord]) -> Figure:
 def sequential(ctx: Context) -> Evidence:
     """Generation timed for real (the kv_cache suite's model, decoder-small; 2 layers under --quick):
     n tokens one at a time vs one parallel forward over n; and the kv_cache suite's per-token costs."""
-    torch.manual_seed(0)
-    torch.set_num_threads(ctx.threads)
-    model = Decoder(resolve("decoder-small", **({"n_layers": 2} if ctx.quick else {})).config).eval()
     lengths = GEN_LENGTHS[ctx.quick]
     ev = Evidence()
     with LoadMonitor() as monitor:                      # a busy machine's timings decide nothing (--force)
-        times = {n: generation_times(model, n) for n in lengths}
+        times = in_processes(generation_times_in_process, ctx.quick, ctx.threads, lengths)
     busy = monitor.result.reason() if monitor.result else ""
-    ev.figures.update({k: replace(f, busy=busy, processes=1) if k.startswith("decode_over_prefill") else f
+    ev.figures.update({k: replace(f, busy=busy) if k.startswith("decode_over_prefill") else f
                        for k, f in sequential_figures(times).items()})
-    ev.notes.append(f"generation timed in this process on {ctx.threads} threads: decoder-small "
-                    f"(d=512, h=8, {model.cfg.n_layers} layers), batch 1, n = {', '.join(map(str, lengths))}")
+    ev.notes.append(f"generation timed in {len(times)} fresh processes of {ctx.threads} threads, {GEN_REPEATS} "
+                    f"rounds each: decoder-small (d=512, h=8, {2 if ctx.quick else 'all its'} layers), batch 1, "
+                    f"n = {', '.join(map(str, lengths))}")
     run, rows = ctx.suite("kv_cache")
     ev.sources.append(run.id)
     n = max(r.value("seq_len") for r in select(rows))
