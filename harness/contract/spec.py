@@ -1,6 +1,6 @@
 """The contract, as plain data: ArchSpec, Workload, Case, and the one check of a workload against an architecture
 (:func:`workload_overrides`). Torch-free: the reports, the claims and the suite loader read these facts without
-importing torch (the engine maps names to torch types: :mod:`harness.engine.torch_types`). What a case produces is a
+importing torch (the instruments map names to torch types: :mod:`harness.instruments.torch_types`). What a case produces is a
 :class:`harness.contract.records.CaseRecord`."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from harness.contract.quoted import Quoted
 from harness.contract.records import CaseRecord, Status
 
 DTYPE_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2}
-"""The numeric types a workload may name, with their bytes per element (torch types: harness.engine.torch_types)."""
+"""The numeric types a workload may name, with their bytes per element (torch types: harness.instruments.torch_types)."""
 DTYPES: tuple[str, ...] = tuple(DTYPE_BYTES)
 # "generate": a greedy generation of new_tokens after a prompt of prompt_len (harness.engine.generation);
 # "train_step": forward, loss, backward, optimizer step (harness.engine.training)

@@ -38,7 +38,8 @@ from torch.utils.checkpoint import checkpoint
 from harness.instruments import memory
 from harness.contract.errors import BenchInputError
 from harness.contract.spec import ENGINE_CHECKS, ArchSpec, Workload
-from harness.engine.steps import Step, first_tensor
+from harness.engine.steps import Step
+from harness.instruments.outputs import first_tensor
 from harness.instruments.timing import TimingResult
 
 __all__ = [
