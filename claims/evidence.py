@@ -22,6 +22,7 @@ from harness.engine.env import fingerprint
 from harness.contract.records import CaseRecord, RunRecord
 from harness.engine.run import Run, run_options
 from harness.store.db import Store
+from harness.engine.training import WORKLOAD_CHECKS
 from harness.contract.suite import load_suite
 from claims.reads import reads_of
 
@@ -119,7 +120,7 @@ class Context:
 
     def plan_suite(self, name: str, sets: dict[str, Any]) -> tuple[Any, list[Any], Any]:
         """Suite ``name`` at this size with ``sets``, the cases some rule reads (claims/reads.toml) and those reads."""
-        suite = load_suite(name, quick=self.quick, sets=dict(sets))
+        suite = load_suite(name, quick=self.quick, sets=dict(sets), checks=WORKLOAD_CHECKS)
         reads = reads_of(suite.name)
         return suite, [c for c in suite.cases if reads.keeps(c)], reads
 

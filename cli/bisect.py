@@ -19,6 +19,7 @@ from cli.history import repo_option
 from harness.contract.errors import BenchInputError
 from harness.contract.records import CaseRecord, RunRecord
 from harness.contract.spec import Case
+from harness.engine.training import WORKLOAD_CHECKS
 from harness.contract.suite import Suite, load_suite, parse_set
 from harness.engine.bisect import Bisection, Probe, bisect, good_tree, measure_commit
 from harness.engine.commits import REPO, Commit, commits_between, resolve
@@ -188,7 +189,7 @@ def bisect_cmd(suite_ref: str, good_ref: str, bad_ref: str, case: str, quick: bo
     good, bad = resolve(good_ref, root, "--good"), resolve(bad_ref, root, "--bad")
     commits = commits_between(good, bad, root)
     plugin_files = load_plugins(plugins)
-    suite = load_suite(suite_ref, quick=quick, sets=parse_set(sets))
+    suite = load_suite(suite_ref, quick=quick, sets=parse_set(sets), checks=WORKLOAD_CHECKS)
     cases = select_cases(suite, case)
     processes = max(2, check_processes(processes, "process", GATE_PROCESSES))
     show_logs()

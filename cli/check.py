@@ -21,6 +21,7 @@ from harness.engine.run import Run, run_options
 from harness.engine.runner import RunOptions
 from harness.contract.spec import Case
 from harness.store.db import Store
+from harness.engine.training import WORKLOAD_CHECKS
 from harness.contract.suite import Suite, load_suite, parse_set
 from reports.check.baseline import (append_occasions, baseline_document, load_baseline, parse_baseline,
                                     process_medians_ms, write_document)
@@ -90,7 +91,7 @@ def baseline_cmd(suite_ref: str, output: str, quick: bool, sets: tuple[str, ...]
     if occasions < 1:
         raise BenchInputError(f"--occasions must be at least 1, got {occasions}", where="--occasions")
     plugin_files = load_plugins(plugins)
-    suite = load_suite(suite_ref, quick=quick, sets=parse_set(sets))
+    suite = load_suite(suite_ref, quick=quick, sets=parse_set(sets), checks=WORKLOAD_CHECKS)
     if Path(output).is_dir():
         raise BenchInputError(f"{output} is a directory", where="--output")
     old = _appendable(output) if append else None
@@ -193,7 +194,7 @@ def check_cmd(suite_ref: str, baseline_path: str | None, ref: str | None, quick:
     grow = dict(target=target_mde / 100, budget_s=budget, started=started,
                 say=lambda m: err.print(m, highlight=False))
     plugin_files = load_plugins(plugins)
-    suite = load_suite(suite_ref, quick=quick, sets=parse_set(sets))
+    suite = load_suite(suite_ref, quick=quick, sets=parse_set(sets), checks=WORKLOAD_CHECKS)
     cases = list(suite.cases)
     processes = check_processes(processes, executor if ref is None else "process", GATE_PROCESSES)
     show_logs()

@@ -12,7 +12,7 @@ from rich.table import Table
 from cli.common import load_plugins, out, plugin_option
 from harness.contract import registry
 from harness.contract.errors import BenchInputError
-from harness.instruments.flop_table import FlopRow, FlopTable, build_real, flop_table, relative_spread
+from harness.engine.flop_table import FlopRow, FlopTable, build_real, flop_table, relative_spread
 from harness.contract.spec import MODES, Workload
 from harness.contract.suite import parse_set
 

@@ -23,6 +23,7 @@ from harness.engine.overhead import RunOverhead, summary_line
 from harness.contract.records import CaseRecord, RunRecord
 from harness.engine.run import Run, run_options
 from harness.store.db import Store
+from harness.engine.training import WORKLOAD_CHECKS
 from harness.contract.suite import case_from_record, list_suites, load_suite, parse_set
 from harness.analysis.comparison import FLOOR
 from reports.compare import compare_runs, env_differences, interleaved_rows, pair_records
@@ -113,7 +114,7 @@ def run_cmd(suite_ref: str, quick: bool, device: str | None, store_url: str | No
         pinned["device"] = device
     elif len({device_type(d) for d in device_list}) == 1:    # --devices cuda:0,cuda:1 alone: the cases on cuda
         pinned["device"] = device_type(device_list[0])
-    suite = load_suite(suite_ref, quick=quick, sets=pinned)
+    suite = load_suite(suite_ref, quick=quick, sets=pinned, checks=WORKLOAD_CHECKS)
     cases = list(suite.cases)
     if device_list:
         check_devices(cases, device_list)

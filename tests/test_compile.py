@@ -16,7 +16,8 @@ from harness.engine.compiled import compile_model, uses_cuda_graphs, warm_up_com
 from harness.contract.errors import BenchInputError
 from harness.engine.runner import RunOptions, run_case
 from harness.contract.spec import COMPILES, Case, Workload, workload_dict
-from harness.engine.steps import first_tensor, make_step
+from harness.engine.steps import make_step
+from harness.instruments.outputs import first_tensor
 from harness.contract.suite import load_suite
 from harness.instruments.timing import TimingConfig
 from tests.helpers import invoke

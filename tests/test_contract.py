@@ -29,7 +29,7 @@ def test_the_contract_and_the_reports_import_without_torch():
 
 def test_dtype_names_and_sizes_agree_with_torch():
     import torch
-    from harness.engine.torch_types import TORCH_DTYPES, torch_dtype
+    from harness.instruments.torch_types import TORCH_DTYPES, torch_dtype
     assert set(DTYPES) == set(TORCH_DTYPES)
     for name in DTYPES:
         assert torch_dtype(name).itemsize == DTYPE_BYTES[name] == Workload(dtype=name).itemsize

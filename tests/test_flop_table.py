@@ -16,7 +16,7 @@ import torchvision
 
 from architectures.inputs import image_inputs
 from harness.contract import registry
-from harness.instruments.flop_table import FlopTable, build_real, flop_table
+from harness.engine.flop_table import FlopTable, build_real, flop_table
 from harness.instruments.flops import count_model
 from harness.contract.spec import ArchSpec, Workload
 

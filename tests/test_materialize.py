@@ -10,7 +10,7 @@ from harness.contract.spec import Workload
 from harness.engine.models import fake_case, materialize, real_case
 from harness.engine.training import Checkpointed
 from harness.instruments.fake import new_fake_mode
-from harness.instruments.flop_table import build_real
+from harness.engine.flop_table import build_real
 from harness.instruments.flops import count_params
 
 CPU = torch.device("cpu")

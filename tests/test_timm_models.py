@@ -1,12 +1,12 @@
 """The ``timm:`` namespace, timm's published table, and Swin V2 / MViT v2 against their published figures.
 
-Two MAC conventions meet here (harness/instruments/flops.py docstring, harness/instruments/flop_table.py):
+Two MAC conventions meet here (harness/instruments/flops.py docstring, harness/engine/flop_table.py):
 
 * **ours** (torchvision's ``_ops``): matmul-like work only — convs, linears, attention's QKᵀ and AV; norms,
   softmax, pooling and other elementwise ops count 0. Counted on fake tensors.
 * **fvcore's total** (timm's published ``infer_gmacs``; timm's benchmark.py ``profile_fvcore``: a
   ``FlopCountAnalysis`` of the model on ``torch.ones`` at batch 1): the same matmul-like ops
-  (:data:`harness.instruments.flop_table.FVCORE_MAC_OPS`) *plus* the elementwise work fvcore has handles for — batch/layer/
+  (:data:`harness.engine.flop_table.FVCORE_MAC_OPS`) *plus* the elementwise work fvcore has handles for — batch/layer/
   group norm and adaptive average pooling here. fvcore traces with ``torch.jit`` and has no handle for
   ``aten::scaled_dot_product_attention``, so timm's fused attention counts 0 in it: the published figures were
   made with explicit attention matmuls, which we get with ``fused_attn=False`` (``timm.layers.set_fused_attn``).
@@ -38,7 +38,7 @@ from architectures.timm_models import PUBLISHED_CSV, TIMM_MISSING, published, pu
 from harness.contract import registry# noqa: E402
 from harness.contract.errors import BenchInputError  # noqa: E402
 from harness.instruments.fake import build_fake, new_fake_mode  # noqa: E402
-from harness.instruments.flop_table import FVCORE_MAC_OPS  # noqa: E402
+from harness.engine.flop_table import FVCORE_MAC_OPS  # noqa: E402
 from harness.contract.spec import Workload  # noqa: E402
 from tests.helpers import counted_cost  # noqa: E402
 

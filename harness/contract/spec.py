@@ -1,13 +1,13 @@
 """The contract, as plain data: ArchSpec, Workload, Case, and the one check of a workload against an architecture
 (:func:`workload_overrides`). Torch-free: the reports, the claims and the suite loader read these facts without
-importing torch (the engine maps names to torch types: :mod:`harness.engine.torch_types`). What a case produces is a
+importing torch (the instruments map names to torch types: :mod:`harness.instruments.torch_types`). What a case produces is a
 :class:`harness.contract.records.CaseRecord`."""
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +16,7 @@ from harness.contract.quoted import Quoted
 from harness.contract.records import CaseRecord, Status
 
 DTYPE_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2}
-"""The numeric types a workload may name, with their bytes per element (torch types: harness.engine.torch_types)."""
+"""The numeric types a workload may name, with their bytes per element (torch types: harness.instruments.torch_types)."""
 DTYPES: tuple[str, ...] = tuple(DTYPE_BYTES)
 # "generate": a greedy generation of new_tokens after a prompt of prompt_len (harness.engine.generation);
 # "train_step": forward, loss, backward, optimizer step (harness.engine.training)
@@ -190,23 +190,23 @@ def workload_overrides(config: Any, w: Workload) -> dict[str, Any]:
     return {"img_size": w.img_size} if w.img_size and "img_size" in _fields(config) else {}
 
 
-ENGINE_CHECKS: list[Callable[[ArchSpec, Workload], None]] = []
-"""Checks of a workload against an architecture that need the engine (torch), e.g. harness.engine.training's (a training
-step needs trainable parameters: the model is built on the meta device); the engine module appends its check when
-imported, and :func:`check_workload` runs them after its own."""
+WorkloadCheck = Callable[[ArchSpec, Workload], None]
+"""A check of a workload against an architecture that needs torch, e.g. :data:`harness.engine.training.WORKLOAD_CHECKS`
+(a training step needs trainable parameters: the model is built on the meta device); the caller that loads a suite
+passes it to :func:`check_workload`."""
 
 
-def check_workload(spec: ArchSpec, w: Workload) -> None:
+def check_workload(spec: ArchSpec, w: Workload, checks: Sequence[WorkloadCheck] = ()) -> None:
     """A BenchInputError naming the workload field an architecture (resolved: its config as the case builds it)
     cannot take: a sequence longer than its ``max_len`` (learned positions); a generation (mode ``generate``) on a
     model without the generation protocol (an encoder, a CNN), a config the model refuses
     (``cannot_generate(config)``: a reason, or None), or ``prompt_len + new_tokens`` past its ``max_seq_len``;
-    then the engine's checks (:data:`ENGINE_CHECKS`)."""
+    then ``checks``, in order."""
     limit = spec.max_len(spec.config) if spec.max_len is not None else None
     if w.seq_len and limit is not None and w.seq_len > limit:
         raise BenchInputError(f"{w.seq_len} is past the {limit} positions {spec.name} can take (its learned "
                               "positions end there: raise max_seq_len with it)", where="seq_len")
-    for check in ENGINE_CHECKS:
+    for check in checks:
         check(spec, w)
     if w.mode != "generate":
         return

@@ -53,12 +53,14 @@ import itertools
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 from harness.contract import registry
 from harness.contract.errors import BenchInputError
 from harness.contract.records import CaseRecord, SuiteSpec
-from harness.contract.spec import DTYPES, METRICS, WORKLOAD_KEYS, Case, Workload, check_workload, workload_overrides
+from harness.contract.spec import (DTYPES, METRICS, WORKLOAD_KEYS, Case, Workload, WorkloadCheck, check_workload,
+                                   workload_overrides)
 
 TOP_KEYS = {"name", "description", "metrics", "fixed", "sweep", "plot", "lines", "quick", "cuda", "reference"}
 PLOT_KEYS = {"x": str, "y": str, "x_log": bool, "y_log": bool, "title": str}
@@ -99,10 +101,12 @@ def list_suites() -> list[Path]:
     return sorted(SUITES_DIR.glob("*.toml"))
 
 
-def load_suite(ref: str, *, quick: bool = False, sets: dict[str, Any] | None = None) -> Suite:
+def load_suite(ref: str, *, quick: bool = False, sets: dict[str, Any] | None = None,
+               checks: Sequence[WorkloadCheck] = ()) -> Suite:
     """Read, validate and expand a suite for its device (``sets["device"]``, from ``--device``, else the
     file's ``fixed.device``): [cuda] applies on a CUDA device. Every error is a BenchInputError naming file
-    and key; a [cuda] table is validated (its cases expanded) on every load."""
+    and key; a [cuda] table is validated (its cases expanded) on every load. ``checks``: the workload checks that
+    need torch (:data:`harness.engine.training.WORKLOAD_CHECKS`), run on every case."""
     path = find_suite(ref)
     where = str(path)
     try:
@@ -114,9 +118,9 @@ def load_suite(ref: str, *, quick: bool = False, sets: dict[str, Any] | None = N
         raise BenchInputError(f"cannot read suite: {exc}", where=where) from None
     sets = sets or {}
     try:
-        suite = _build(data, path, quick, sets)
+        suite = _build(data, path, quick, sets, checks)
         if not suite.cuda and _table(data, "cuda"):      # [cuda] is checked on every load, not only on a GPU
-            _build(data, path, quick, {**sets, "device": "cuda"})
+            _build(data, path, quick, {**sets, "device": "cuda"}, checks)
         return dataclasses.replace(suite, text=text)
     except BenchInputError as exc:
         raise BenchInputError(str(exc), where=where) from None
@@ -226,7 +230,7 @@ def _with_dtypes(lines: dict, dtypes: list[str] | None, where: str) -> dict:
     return out
 
 
-def _build(data: dict, path: Path, quick: bool, sets: dict[str, Any]) -> Suite:
+def _build(data: dict, path: Path, quick: bool, sets: dict[str, Any], checks: Sequence[WorkloadCheck]) -> Suite:
     unknown = set(data) - TOP_KEYS
     if unknown:
         raise BenchInputError(f"unknown key; allowed: {', '.join(sorted(TOP_KEYS))}", where=sorted(unknown)[0])
@@ -310,7 +314,7 @@ def _build(data: dict, path: Path, quick: bool, sets: dict[str, Any]) -> Suite:
         for i, point in enumerate(itertools.product(*(sweep[k] for k in axes))):
             params = {**fixed, **over, **dict(zip(axes, point))}
             try:
-                cases.append(dataclasses.replace(make_case(name, label, params, tuple(metrics)), point=i))
+                cases.append(dataclasses.replace(make_case(name, label, params, tuple(metrics), checks), point=i))
             except BenchInputError as exc:
                 raise BenchInputError(str(exc), where=_origin(exc.where, label, over, sets, sweep_from,
                                                               layers_fixed, fixed, label in over_labels
@@ -338,7 +342,8 @@ def _origin(key: str | None, label: str, over: dict, sets: dict, sweep_from: dic
     return f"lines.{label}" if line_has_table else None     # a rule across keys (e.g. heads vs width)
 
 
-def make_case(suite: str, line: str, params: dict[str, Any], metrics: tuple[str, ...]) -> Case:
+def make_case(suite: str, line: str, params: dict[str, Any], metrics: tuple[str, ...],
+              checks: Sequence[WorkloadCheck] = ()) -> Case:
     if "arch" not in params:
         raise BenchInputError("no architecture: set `arch` in fixed, a line or the sweep", where="arch")
     arch = params.pop("arch")
@@ -349,7 +354,7 @@ def make_case(suite: str, line: str, params: dict[str, Any], metrics: tuple[str,
     workload = Workload(**workload_kw)
     overrides.update(workload_overrides(registry.get(arch).config, workload))
     spec = registry.resolve(arch, **overrides)       # validates names, types and the config's own rules
-    check_workload(spec, workload)
+    check_workload(spec, workload, checks)
     return Case(suite, line, arch, tuple(sorted(overrides.items())), workload, metrics)
 
 

@@ -18,7 +18,7 @@ from harness.instruments import memory
 from harness.instruments.fake import build_fake, new_fake_mode
 from harness.contract.spec import ArchSpec, Case, Workload
 from harness.engine.steps import cast_inputs
-from harness.engine.torch_types import torch_dtype
+from harness.instruments.torch_types import torch_dtype
 from harness.engine.training import apply_checkpointing
 
 

@@ -39,7 +39,7 @@ from harness.contract.spec import ArchSpec, Case, Workload
 from harness.analysis.stats import summarize_rounds
 from harness.engine.steps import Step, cast_inputs, make_step
 from harness.instruments.timing import TimingConfig, TimingResult, measure, measure_interleaved
-from harness.engine.torch_types import torch_dtype
+from harness.instruments.torch_types import torch_dtype
 
 MiB = 1024 * 1024
 

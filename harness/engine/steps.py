@@ -11,6 +11,7 @@ from torch import nn
 
 from harness.contract.spec import Workload
 from harness.instruments import memory
+from harness.instruments.outputs import first_tensor
 from harness.instruments.timing import TimingResult
 
 
@@ -47,22 +48,6 @@ class Step:
             out["rss_hwm_bytes"] = float(peak["rss_hwm_bytes"])
             out["rss_delta_bytes"] = float(peak["rss_hwm_bytes"] - peak["rss_before_bytes"])
         return out
-
-
-def first_tensor(out: Any) -> torch.Tensor:
-    """The tensor to backpropagate from: the output itself, ``logits`` if any, else the first tensor."""
-    if isinstance(out, torch.Tensor):
-        return out
-    logits = out.get("logits") if isinstance(out, Mapping) else getattr(out, "logits", None)
-    if isinstance(logits, torch.Tensor):
-        return logits
-    items = out.values() if isinstance(out, Mapping) else out if isinstance(out, (list, tuple)) else ()
-    for item in items:
-        try:
-            return first_tensor(item)
-        except TypeError:
-            continue
-    raise TypeError(f"no tensor in model output of type {type(out).__name__}")
 
 
 class Forward(Step):

@@ -37,8 +37,9 @@ from torch.utils.checkpoint import checkpoint
 
 from harness.instruments import memory
 from harness.contract.errors import BenchInputError
-from harness.contract.spec import ENGINE_CHECKS, ArchSpec, Workload
-from harness.engine.steps import Step, first_tensor
+from harness.contract.spec import ArchSpec, Workload, WorkloadCheck
+from harness.engine.steps import Step
+from harness.instruments.outputs import first_tensor
 from harness.instruments.timing import TimingResult
 
 __all__ = [
@@ -133,7 +134,8 @@ def check_trainable(spec: ArchSpec, w: Workload) -> None:
                               "has none", where="checkpointing")
 
 
-ENGINE_CHECKS.append(check_trainable)    # run by harness.contract.spec.check_workload (suite loading)
+WORKLOAD_CHECKS: tuple[WorkloadCheck, ...] = (check_trainable,)
+"""The engine's checks of a workload against an architecture, for :func:`harness.contract.suite.load_suite`."""
 
 
 # -- loss and optimizer ----------------------------------------------------------------------------------------

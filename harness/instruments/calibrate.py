@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from harness.engine.torch_types import TORCH_DTYPES as DTYPES
+from harness.instruments.torch_types import TORCH_DTYPES as DTYPES
 from harness.instruments.timing import TimingConfig, measure
 
 CPU_DTYPES: tuple[str, ...] = ("fp32", "bf16")

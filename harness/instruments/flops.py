@@ -104,7 +104,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 from torch.utils.weak import WeakIdKeyDictionary
 from torch.utils.flop_counter import FlopCounterMode
 
-from harness.engine.steps import first_tensor
+from harness.instruments.outputs import first_tensor
 from harness.instruments.traffic import ByteCounterMode
 
 __all__ = [

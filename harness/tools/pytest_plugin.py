@@ -72,12 +72,13 @@ class BenchSession:
         from harness.contract.errors import BenchInputError
         from harness.contract.spec import METRICS
         from harness.contract.suite import make_case       # a suite line's split into workload and overrides, and its checks
+        from harness.engine.training import WORKLOAD_CHECKS
 
         metrics = (metrics,) if isinstance(metrics, str) else tuple(metrics)
         unknown = [m for m in metrics if m not in METRICS]
         if unknown or not metrics:
             raise BenchInputError(f"expected some of {list(METRICS)}, got {list(metrics)}", where="metrics")
-        case = make_case(SUITE, nodeid, {**params, "arch": arch}, metrics)
+        case = make_case(SUITE, nodeid, {**params, "arch": arch}, metrics, WORKLOAD_CHECKS)
         n = 1
         while case.key in self._keys:           # the same case twice in a session (a loop, a rerun): its own line
             n += 1

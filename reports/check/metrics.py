@@ -5,13 +5,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from harness.contract.records import CaseRecord
 from harness.contract.metrics import GATE_EQUAL
-
-if TYPE_CHECKING:
-    from reports.check.baseline import BaselineCase
 
 DETERMINISTIC: tuple[str, ...] = GATE_EQUAL
 """Metrics compared exactly (with the torch version unchanged), plus every metric named ``analytic_*``."""
@@ -86,7 +83,20 @@ def _on_cuda(workload: Mapping[str, Any]) -> bool:
     return str(workload.get("device", "cpu")).startswith("cuda")
 
 
-def metric_findings(base: BaselineCase, cand: CaseRecord, *, exact_gated: bool,
+class StoredMetrics(Protocol):
+    """What the gate compares a case against (a :class:`reports.check.baseline.BaselineCase`)."""
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def workload(self) -> Mapping[str, Any]: ...
+    @property
+    def deterministic(self) -> Mapping[str, float]: ...
+    @property
+    def tolerant(self) -> Mapping[str, float]: ...
+
+
+def metric_findings(base: StoredMetrics, cand: CaseRecord, *, exact_gated: bool,
                     tolerant_gated: bool) -> tuple[list[MetricFinding], list[str]]:
     """The deterministic and tolerant metrics of a case that moved, and notes on metrics only one side has."""
     det, tol = metric_split(cand)

@@ -1,4 +1,4 @@
-"""The engine's side of the contract's numeric types: a dtype name of :data:`harness.contract.spec.DTYPES` as a torch dtype."""
+"""A dtype name of :data:`harness.contract.spec.DTYPES` as a torch dtype (the instruments and the engine read it)."""
 from __future__ import annotations
 
 import torch
