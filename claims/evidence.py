@@ -22,7 +22,7 @@ from harness.engine.env import fingerprint
 from harness.contract.records import CaseRecord, RunRecord
 from harness.engine.run import Run, run_options
 from harness.store.db import Store
-from harness.engine.training import WORKLOAD_CHECKS
+from harness.engine.checks import WORKLOAD_CHECKS
 from harness.contract.suite import load_suite
 from claims.reads import reads_of
 

@@ -19,7 +19,7 @@ from cli.history import repo_option
 from harness.contract.errors import BenchInputError
 from harness.contract.records import CaseRecord, RunRecord
 from harness.contract.spec import Case
-from harness.engine.training import WORKLOAD_CHECKS
+from harness.engine.checks import WORKLOAD_CHECKS
 from harness.contract.suite import Suite, load_suite, parse_set
 from harness.engine.bisect import Bisection, Probe, bisect, good_tree, measure_commit
 from harness.engine.commits import REPO, Commit, commits_between, resolve

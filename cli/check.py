@@ -21,7 +21,7 @@ from harness.engine.run import Run, run_options
 from harness.engine.runner import RunOptions
 from harness.contract.spec import Case
 from harness.store.db import Store
-from harness.engine.training import WORKLOAD_CHECKS
+from harness.engine.checks import WORKLOAD_CHECKS
 from harness.contract.suite import Suite, load_suite, parse_set
 from reports.check.baseline import (append_occasions, baseline_document, load_baseline, parse_baseline,
                                     process_medians_ms, write_document)

@@ -23,7 +23,7 @@ from harness.engine.overhead import RunOverhead, summary_line
 from harness.contract.records import CaseRecord, RunRecord
 from harness.engine.run import Run, run_options
 from harness.store.db import Store
-from harness.engine.training import WORKLOAD_CHECKS
+from harness.engine.checks import WORKLOAD_CHECKS
 from harness.contract.suite import case_from_record, list_suites, load_suite, parse_set
 from harness.analysis.comparison import FLOOR
 from reports.compare import compare_runs, env_differences, interleaved_rows, pair_records

@@ -26,7 +26,7 @@ def test_a_fresh_interpreter_refuses_an_untrainable_training_step_on_load(tmp_pa
         import sys
         from harness.contract.errors import BenchInputError
         from harness.contract.suite import load_suite
-        from harness.engine.training import WORKLOAD_CHECKS
+        from harness.engine.checks import WORKLOAD_CHECKS
         try:
             load_suite("untrainable.toml", checks=WORKLOAD_CHECKS)
         except BenchInputError as exc:

@@ -191,7 +191,7 @@ def workload_overrides(config: Any, w: Workload) -> dict[str, Any]:
 
 
 WorkloadCheck = Callable[[ArchSpec, Workload], None]
-"""A check of a workload against an architecture that needs torch, e.g. :data:`harness.engine.training.WORKLOAD_CHECKS`
+"""A check of a workload against an architecture that needs torch, e.g. :data:`harness.engine.checks.WORKLOAD_CHECKS`
 (a training step needs trainable parameters: the model is built on the meta device); the caller that loads a suite
 passes it to :func:`check_workload`."""
 

@@ -106,7 +106,7 @@ def load_suite(ref: str, *, quick: bool = False, sets: dict[str, Any] | None = N
     """Read, validate and expand a suite for its device (``sets["device"]``, from ``--device``, else the
     file's ``fixed.device``): [cuda] applies on a CUDA device. Every error is a BenchInputError naming file
     and key; a [cuda] table is validated (its cases expanded) on every load. ``checks``: the workload checks that
-    need torch (:data:`harness.engine.training.WORKLOAD_CHECKS`), run on every case."""
+    need torch (:data:`harness.engine.checks.WORKLOAD_CHECKS`), run on every case."""
     path = find_suite(ref)
     where = str(path)
     try:

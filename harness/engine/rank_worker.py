@@ -31,7 +31,7 @@ from harness.engine.env import usable_cores
 from harness.engine.models import materialize
 from harness.engine.runner import RunOptions, is_oom
 from harness.engine.steps import cast_inputs
-from harness.engine.torch_types import torch_dtype
+from harness.instruments.torch_types import torch_dtype
 from harness.instruments import memory
 
 EXIT_FAILED = 3          # the rank raised: its reason is in rank<R>.err

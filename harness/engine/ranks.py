@@ -51,7 +51,7 @@ from harness.contract import registry
 from harness.contract.errors import BenchInputError
 from harness.contract.plugins import load_files as load_plugin_files
 from harness.contract.records import CaseRecord
-from harness.contract.spec import ENGINE_CHECKS, ArchSpec, Case, Workload
+from harness.contract.spec import ArchSpec, Case, Workload
 from harness.engine import training
 from harness.engine.distributed import Payload
 from harness.engine.env import usable_cores
@@ -101,8 +101,6 @@ def check_ranks(spec: ArchSpec, w: Workload) -> None:
         raise BenchInputError(f"world_size {w.world_size} needs {w.world_size} {what}; this machine has {have}",
                               where="world_size")
 
-
-ENGINE_CHECKS.append(check_ranks)    # run by harness.contract.spec.check_workload (suite loading)
 
 
 def free_port() -> int:

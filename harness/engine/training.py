@@ -37,7 +37,7 @@ from torch.utils.checkpoint import checkpoint
 
 from harness.instruments import memory
 from harness.contract.errors import BenchInputError
-from harness.contract.spec import ArchSpec, Workload, WorkloadCheck
+from harness.contract.spec import ArchSpec, Workload
 from harness.engine.steps import Step
 from harness.instruments.outputs import first_tensor
 from harness.instruments.timing import TimingResult
@@ -132,10 +132,6 @@ def check_trainable(spec: ArchSpec, w: Workload) -> None:
     if w.checkpointing != "none" and not has_blocks:
         raise BenchInputError(f"checkpointing = {w.checkpointing!r} needs blocks in an nn.ModuleList; {arch} "
                               "has none", where="checkpointing")
-
-
-WORKLOAD_CHECKS: tuple[WorkloadCheck, ...] = (check_trainable,)
-"""The engine's checks of a workload against an architecture, for :func:`harness.contract.suite.load_suite`."""
 
 
 # -- loss and optimizer ----------------------------------------------------------------------------------------

@@ -72,7 +72,7 @@ class BenchSession:
         from harness.contract.errors import BenchInputError
         from harness.contract.spec import METRICS
         from harness.contract.suite import make_case       # a suite line's split into workload and overrides, and its checks
-        from harness.engine.training import WORKLOAD_CHECKS
+        from harness.engine.checks import WORKLOAD_CHECKS
 
         metrics = (metrics,) if isinstance(metrics, str) else tuple(metrics)
         unknown = [m for m in metrics if m not in METRICS]
