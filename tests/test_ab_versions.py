@@ -9,7 +9,7 @@ import pytest
 from harness.contract.errors import BenchInputError
 from harness.engine import ab
 from harness.engine.env import REPO
-from harness.engine.runner import RunOptions
+from harness.engine.runner import RunOptions, run_case
 from harness.instruments.timing import TimingConfig
 from tests.test_interleave import _case
 
@@ -26,6 +26,23 @@ def test_two_versions_alternate_in_worker_processes():
     assert base.sdpa_backend and base.sdpa_backend == cand.sdpa_backend
     assert base.metric("executed_macs") == cand.metric("executed_macs") and base.metric("executed_macs") > 0
     assert base.metric("peak_bytes") and cand.metric("peak_bytes")
+
+
+def test_a_worker_record_has_the_fields_of_a_run_record():
+    """The A/B worker measures a prepared step as `bench run` does (harness.engine.measure.measure_prepared): one
+    worker per version, so its record is the worker's own, with the same metric names, SDPA backend and counted
+    figures as a run's record of the case."""
+    case = _case("MHA", 8, 0, n_kv_heads=4)
+    opts = RunOptions(timing=TimingConfig.quick(), timeout_s=120)
+    (base, cand), = ab.interleave_versions([case], opts, REPO, processes=1)
+    run = run_case(case, opts)
+    assert base.ok and cand.ok and run.ok, (base.message, cand.message, run.message)
+    for rec in (base, cand):
+        assert set(rec.metrics) == set(run.metrics), set(rec.metrics) ^ set(run.metrics)
+        assert rec.sdpa_backend == run.sdpa_backend != ""
+        assert rec.metric("time_timed_s") > 0 and rec.metric("time_warmup_s") > 0
+        for k in ("macs", "params", "executed_macs", "est_peak_bytes", "peak_bytes"):
+            assert rec.metric(k) == run.metric(k), k
 
 
 def test_against_needs_a_real_commit_with_the_worker():

@@ -241,19 +241,19 @@ def test_measure_memory_stores_activation_peak_on_cuda(monkeypatch) -> None:
     from types import SimpleNamespace
 
     from harness.instruments import memory
-    from harness.engine import runner
+    from harness.engine import measure
     seen = []
     monkeypatch.setattr(memory, "measure_peak_cuda", lambda fn, device: seen.append(fn()) or {
         "cuda_max_allocated_bytes": 2_254_000_000, "cuda_allocated_before_bytes": 54_000_000,
         "cuda_max_reserved_bytes": 2_400_000_000})
     p = SimpleNamespace(case=SimpleNamespace(workload=SimpleNamespace(device="cuda")), metrics={}, step=_Step(lambda: 1),
                         model=nn.Linear(4, 4), inputs=())
-    runner.measure_memory(p)
+    measure.measure_memory(p)
     assert seen == [1]
     assert p.metrics["activation_peak_bytes"] == 2_200_000_000 and p.metrics["peak_bytes"] == 2_254_000_000
     cpu = SimpleNamespace(case=SimpleNamespace(workload=SimpleNamespace(device="cpu")), metrics={},
                           model=nn.Linear(4, 4), inputs=(torch.zeros(2, 4),), step=_Step(lambda: torch.ones(256)))
-    runner.measure_memory(cpu)
+    measure.measure_memory(cpu)
     assert cpu.metrics["activation_peak_bytes"] == 256 * F32                              # the same meaning on CPU
     assert set(p.metrics) >= {"activation_peak_bytes", "peak_bytes"} <= set(cpu.metrics)
 
@@ -265,11 +265,11 @@ def test_activation_peak_on_cuda_matches_the_cpu_tensor_peak() -> None:
     matrices + the output, 1032 MiB), within the allocator's rounding and a cuBLAS workspace."""
     from types import SimpleNamespace
 
-    from harness.engine import runner
+    from harness.engine import measure
     q, k, v = (t.cuda() for t in qkv())
     with torch.no_grad():
         eager_attention(q, k, v)                             # warm: cuBLAS handles and workspace allocated before
         p = SimpleNamespace(case=SimpleNamespace(workload=SimpleNamespace(device="cuda")), metrics={},
                             step=_Step(lambda: eager_attention(q, k, v)), model=nn.Identity(), inputs=())
-        runner.measure_memory(p)
+        measure.measure_memory(p)
     assert 0.97 * EAGER_PEAK <= p.metrics["activation_peak_bytes"] <= 1.1 * EAGER_PEAK

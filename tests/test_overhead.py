@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from harness.engine import run as session
-from harness.engine import runner
+from harness.engine import measure
 from harness.executors import ProcessExecutor
 from harness.executors.base import poisons_worker
 from harness.engine.overhead import (CASE_PARTS, MEASURED, RunOverhead, metric_name, run_overhead, summary_line,
@@ -143,12 +143,12 @@ def test_a_model_that_grew_state_is_rebuilt():
 def test_a_group_shares_a_model_only_in_one_mode_and_dtype(monkeypatch):
     MODELS.clear()
     seen: list[tuple[Case, nn.Module, bool]] = []
-    real = runner.measure_memory
+    real = measure.measure_memory
 
     def spy(p):                                   # called once per case, in order, with the case prepared
         seen.append((p.case, p.model, p.model.training))
         real(p)
-    monkeypatch.setattr(runner, "measure_memory", spy)
+    monkeypatch.setattr(measure, "measure_memory", spy)
     cases = [tiny(16), tiny(32), tiny(16, mode="fwd_bwd"), tiny(16, dtype="bf16")]
     recs = run_group(cases, RunOptions(timing=FAST, interleave=True))
     assert all(r.ok for r in recs), [r.message for r in recs]

@@ -18,7 +18,8 @@ from harness.engine.compiled import compile_model, warm_up_compiled
 from harness.contract.errors import BenchInputError
 from harness.instruments.flops import count_flops
 from harness.engine.models import materialize
-from harness.engine.runner import RunOptions, run_case, workload_step
+from harness.engine.modes import step_for
+from harness.engine.runner import RunOptions, run_case
 from harness.contract.spec import Case, Workload, workload_dict
 from harness.store.db import Store
 from harness.contract.suite import load_suite
@@ -111,8 +112,8 @@ def test_compiled_training_step_on_the_cpu_trains_and_shares_the_eager_optimizer
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
     w = Workload(batch_size=4, mode="train_step", compile="default")
     inputs = (torch.randn(4, 16),)
-    eager = workload_step(model, inputs, w)
-    step = workload_step(compile_model(model, "default", w.mode), inputs, w, "default", eager)
+    eager = step_for(model, inputs, w)
+    step = eager.compile(w, lambda m: compile_model(m, "default", w.mode))
     assert step.optimizer is eager.optimizer and step.compiled
     warm_up_compiled(step, CPU, "default")
     before = snapshot(step.params)

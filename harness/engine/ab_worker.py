@@ -4,18 +4,21 @@ Started by :mod:`harness.engine.ab` as ``python -c "from harness.engine.ab_worke
 ``PYTHONPATH`` at one checkout, so every import below is that checkout's code. It talks over a socket whose
 file descriptor is in ``BENCH_AB_FD``, in plain dicts (no class crosses between the two versions):
 
-- ``("prepare", case, {"timing": ..., "memory": bool})``: fake pass, build, the memory pass and the kernel probe
-  (:func:`harness.engine.runner.memory_and_kernels`, as a run takes them: ``sdpa_backend``, ``executed_macs``;
-  unless told not to — the one worker of a version whose record keeps them is told to), warm-up; replies ``("ready", None)`` or
-  ``("done", record)`` when the case ends there (skipped, failed, nothing to time);
+- ``("prepare", case, {"timing": ..., "memory": bool})``: fake pass, build (:func:`harness.engine.runner.prepare`),
+  cold call and warm-up (:class:`harness.instruments.timing.Sampler`); replies ``("ready", None)`` or
+  ``("done", record)`` when the case ends there (skipped, failed);
 - ``("round", None, None)``: one round of samples (as :func:`harness.instruments.timing.measure_interleaved` takes them);
-- ``("finish", group, None)``: the case's record with its samples in rounds; ``("stop", ...)`` ends the worker.
+- ``("finish", group, None)``: the case measured on with those samples, as every run measures a prepared step
+  (:func:`harness.engine.measure.measure_prepared`: the memory and counting passes — ``sdpa_backend``,
+  ``executed_macs`` — unless ``prepare`` said ``"memory": False``, which the workers whose records only lend their
+  samples are told); replies ``("done", record)``. ``("stop", ...)`` ends the worker.
 """
 from __future__ import annotations
 
 import os
 import socket
 import sys
+import time
 from dataclasses import asdict
 from multiprocessing.connection import Connection
 from typing import Any
@@ -25,8 +28,8 @@ import torch
 from harness.contract import registry
 from harness.instruments.load import LoadMonitor
 from harness.contract.records import CaseRecord
-from harness.engine.runner import (Prepared, RunOptions, add_timing, failed_record, memory_and_kernels, ok_record,
-                                  prepare)
+from harness.engine.measure import Prepared, Timed, failed_record, measure_prepared
+from harness.engine.runner import RunOptions, prepare
 from harness.contract.spec import Case, Workload
 from harness.instruments.timing import TimingConfig, Sampler
 
@@ -69,24 +72,30 @@ def serve() -> None:
                 if isinstance(got, CaseRecord):
                     conn.send(("done", asdict(got)))
                     continue
-                if extra.get("memory", True):
-                    memory_and_kernels(got)
-                monitor = LoadMonitor()
-                monitor.start()
-                held.update(p=got, opts=opts, monitor=monitor,
-                            sampler=Sampler(got.step, timing, torch.device(case.workload.device)))
+                held.update(p=got, opts=opts, memory=extra.get("memory", True), spent=0.0)
+                if "latency" in case.metrics:
+                    monitor = LoadMonitor()
+                    monitor.start()
+                    t0 = time.perf_counter()
+                    held.update(monitor=monitor, sampler=Sampler(got.step, timing, torch.device(case.workload.device)))
+                    held["spent"] += time.perf_counter() - t0
                 conn.send(("ready", None))
             elif cmd == "round":
-                held["sampler"].take_round(held["opts"].timing)
+                if "sampler" in held:
+                    t0 = time.perf_counter()
+                    held["sampler"].take_round(held["opts"].timing)
+                    held["spent"] += time.perf_counter() - t0
                 conn.send(("ok", None))
             elif cmd == "finish":
-                s = held["sampler"]
-                timed = s.result(0.0)
-                add_timing(p, timed, held["monitor"].stop())
-                conn.send(("done", asdict(ok_record(p, timed.samples_s, timed.rounds, arg or ""))))
+                timed = None
+                if "sampler" in held:      # the seconds spent in the sampler: its time parts (harness.engine.overhead)
+                    timed = Timed(held["sampler"].result(held["spent"]), held["monitor"].stop(), group=arg or "")
+                rec = measure_prepared(p, held["opts"], timed, memory_pass=held["memory"])
+                conn.send(("done", asdict(rec)))
                 held.clear()
         except Exception as exc:  # noqa: BLE001 — the case's failure is its record
+            p = held.get("p", p)
             rec = failed_record(p.case if p else case_from(arg), exc, held.get("opts") or RunOptions(plugins=plugins),
-                          config=p.config if p else {}, metrics=p.metrics if p else {})
+                                config=p.config if p else {}, metrics=p.metrics if p else {})
             held.clear()
             conn.send(("done", asdict(rec)))

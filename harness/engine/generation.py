@@ -40,18 +40,17 @@ import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
 from harness.contract.spec import Workload
-from harness.engine.steps import Step
+from harness.engine.compiled import compile_model
+from harness.engine.steps import Count, Step
 from harness.instruments import memory
 from harness.instruments.timing import TimingResult
-
-"""The methods a model needs to be generated from (see the module docstring)."""
 
 
 def inputs_workload(w: Workload) -> Workload:
@@ -93,6 +92,9 @@ class Generation(Step):
     appends its :class:`Trace` to ``traces`` and leaves the generated ids (B, N) in ``tokens``.
     """
 
+    mode: ClassVar[str] = "generate"
+    forward_cost: ClassVar[bool] = False     # a call is a prefill and N - 1 decode steps, not one forward
+
     def __init__(self, model: nn.Module, prompt: Tensor, new_tokens: int, *, compiled: bool = False) -> None:
         if new_tokens < 1:
             raise ValueError(f"new_tokens must be >= 1, got {new_tokens}")
@@ -105,6 +107,27 @@ class Generation(Step):
         self.cuda = prompt.device.type == "cuda"
         self.traces: list[Trace] = []
         self.tokens: Tensor | None = None
+
+    @classmethod
+    def inputs_workload(cls, w: Workload) -> Workload:
+        """The prompt's workload (:func:`inputs_workload`)."""
+        return inputs_workload(w)
+
+    @classmethod
+    def for_workload(cls, model: nn.Module, inputs: tuple, w: Workload) -> Generation:
+        return make_generation(model, inputs, w)
+
+    def compile(self, w: Workload, wrap: Callable[[nn.Module], nn.Module]) -> Generation:
+        """The decode step compiled (the model and its state as one module, :class:`Decoding`), the prefill eager:
+        the same generation stepping through the compiled decode."""
+        return self.with_decode(compile_model(self.decoding, w.compile, "fwd"), compiled=True)
+
+    def counts(self, w: Workload, count: Count | None) -> dict[str, float]:
+        """The prefill's own MACs, ``prefill_macs`` (its share of the call; left out when not countable)."""
+        if count is None:
+            return {}
+        prefill = count(prefill_step(self))
+        return {"prefill_macs": float(prefill.macs)} if prefill.complete else {}
 
     def with_decode(self, decode: Callable[[Tensor], Tensor], compiled: bool) -> Generation:
         """The same generation (same model, prompt and state) stepping through ``decode``; its own traces."""

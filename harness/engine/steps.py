@@ -1,26 +1,82 @@
-"""What one measured call is (:class:`Step`): a no-grad forward, or forward + backward of a scalar loss, here; a
-training step (:class:`harness.engine.training.TrainStep`) and a generation
-(:class:`harness.engine.generation.Generation`) are steps too."""
+"""What one measured call is: the :class:`Step` protocol every workload mode implements, and its two simplest
+members, a no-grad forward (:class:`Forward`) and forward + backward of a scalar loss (:class:`ForwardBackward`);
+a training step (:class:`harness.engine.training.TrainStep`) and a generation
+(:class:`harness.engine.generation.Generation`) are steps too (:data:`harness.engine.modes.STEPS` maps a
+workload's mode to its class)."""
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Protocol
 
 import torch
 from torch import nn
 
 from harness.contract.spec import Workload
+from harness.engine.compiled import mark_batch_dynamic
 from harness.instruments import memory
 from harness.instruments.outputs import first_tensor
 from harness.instruments.timing import TimingResult
 
 
+class Counted(Protocol):
+    """What a MAC count answers (:class:`harness.instruments.flops.FlopCount`): complete or not, and its MACs."""
+
+    complete: bool
+    macs: int
+
+
+Count = Callable[[Callable[[], object]], Counted]
+"""Counts the MACs of one call of a callable on fake tensors (:func:`harness.instruments.flops.count_flops`)."""
+
+
 class Step:
-    """One measured call, the callable a run times, and what a run records of it beside its time — the same small
-    interface for every mode, so that the runner never asks which mode it holds."""
+    """One measured call of a workload mode, and everything a run needs to know about it — the same small
+    interface for every mode, so that the runner never asks which mode it holds:
+
+    * :meth:`for_workload` (the eager step of a built model and its inputs) and :meth:`inputs_workload` (the
+      workload whose inputs it takes);
+    * ``__call__``: the callable that is timed;
+    * :meth:`compile`: how it compiles (the same step calling its compiled form);
+    * :meth:`counts` and :meth:`flop_figures`: what it counts beside MACs (on fake tensors), and
+      :data:`forward_cost` (whether an architecture's analytic cost of one forward applies);
+    * :meth:`figures`: what it derives from its timed calls (tokens/s, a training step's rates, ...);
+    * :meth:`state_bytes` and :meth:`memory`: its memory by kind.
+    """
+
+    mode: ClassVar[str] = ""
+    """The workload mode (:data:`harness.contract.spec.MODES`) this class steps."""
+    forward_cost: ClassVar[bool] = True
+    """Whether :attr:`harness.contract.spec.ArchSpec.cost` (one forward of ``seq_len`` tokens) describes a call."""
+
+    @classmethod
+    def inputs_workload(cls, w: Workload) -> Workload:
+        """The workload whose inputs (``ArchSpec.make_inputs``) the step takes: ``w`` itself here."""
+        return w
+
+    @classmethod
+    def for_workload(cls, model: nn.Module, inputs: tuple, w: Workload) -> Step:
+        """The eager step of ``model`` on ``inputs`` (made for :meth:`inputs_workload`) for workload ``w``."""
+        raise NotImplementedError
 
     def __call__(self) -> None:
         raise NotImplementedError
+
+    def compile(self, w: Workload, wrap: Callable[[nn.Module], nn.Module]) -> Step:
+        """The same step calling its compiled form (``w.compile`` is not "none"); ``wrap`` compiles the step's
+        model (kept with it: one compile per model for all its batches, harness.engine.models.ModelCache)."""
+        raise NotImplementedError
+
+    def counts(self, w: Workload, count: Count | None) -> dict[str, float]:
+        """Figures counted on fake tensors beside the step's own MACs (run inside the fake mode; ``count``: the
+        MAC counter, None when the case counts no FLOPs): none here."""
+        return {}
+
+    @classmethod
+    def flop_figures(cls, w: Workload, counted: Mapping[str, float],
+                     flops_of: Callable[[Workload], float]) -> dict[str, float]:
+        """FLOP figures derived from the step's counted ``flops`` and ``params`` (``flops_of(w2)``: the counted
+        FLOPs of another workload's step, on fake tensors): none here."""
+        return {}
 
     def state_bytes(self) -> int:
         """Bytes the step keeps alive besides the model's and the inputs' (a generation's state): 0 here."""
@@ -56,9 +112,15 @@ class Forward(Step):
     (``torch.compiler.cudagraph_mark_step_begin``: a replay may reuse the memory of the previous call's outputs,
     which the step drops; without CUDA graphs the mark is a counter increment)."""
 
+    mode = "fwd"
+
     def __init__(self, model: nn.Module, inputs: tuple, compiled: bool = False) -> None:
         self.model, self.inputs, self.compiled = model, inputs, compiled
         model.eval()
+
+    @classmethod
+    def for_workload(cls, model: nn.Module, inputs: tuple, w: Workload) -> Forward:
+        return cls(model, inputs)
 
     def __call__(self) -> None:
         if self.compiled:
@@ -66,10 +128,18 @@ class Forward(Step):
         with torch.no_grad():
             self.model(*self.inputs)
 
+    def compile(self, w: Workload, wrap: Callable[[nn.Module], nn.Module]) -> Forward:
+        """The step calling ``wrap(model)``; the inputs' batch dimension marked dynamic first, so that one compiled
+        graph serves every batch > 1 (:func:`harness.engine.compiled.mark_batch_dynamic`)."""
+        mark_batch_dynamic(self.inputs, w.batch_size)
+        return type(self)(wrap(self.model), self.inputs, compiled=True)
+
 
 class ForwardBackward(Forward):
     """Forward + backward of sum(output) (its ``logits`` or first tensor, :func:`first_tensor`), ``model`` in train
     mode, gradients set to None first."""
+
+    mode = "fwd_bwd"
 
     def __init__(self, model: nn.Module, inputs: tuple, compiled: bool = False) -> None:
         super().__init__(model, inputs, compiled)
@@ -83,8 +153,9 @@ class ForwardBackward(Forward):
 
 
 def make_step(model: nn.Module, inputs: tuple, mode: str, compile: str = "none") -> Forward:
-    """One timed unit of mode "fwd" (:class:`Forward`) or "fwd_bwd" (:class:`ForwardBackward`); ``compile`` is the
-    workload's (harness.engine.compiled). Mode "train_step" is :func:`harness.engine.training.make_train_step`'s."""
+    """One timed unit of mode "fwd" (:class:`Forward`) or "fwd_bwd" (:class:`ForwardBackward`) of ``model`` as it is
+    (``compile``: the workload's; not "none" when ``model`` is a compiled wrapper). A run builds every mode's step
+    from its class (:func:`harness.engine.modes.step_for`)."""
     if mode not in ("fwd", "fwd_bwd"):
         raise ValueError(f"make_step runs 'fwd' or 'fwd_bwd', not {mode!r} (train_step: harness.engine.training)")
     return (Forward if mode == "fwd" else ForwardBackward)(model, inputs, compile != "none")

@@ -26,9 +26,10 @@ the forward for the backward, measured (CPU: the live-tensor tracker; CUDA: the 
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -38,7 +39,8 @@ from torch.utils.checkpoint import checkpoint
 from harness.instruments import memory
 from harness.contract.errors import BenchInputError
 from harness.contract.spec import ArchSpec, Workload
-from harness.engine.steps import Step
+from harness.engine.compiled import mark_batch_dynamic
+from harness.engine.steps import Count, Step
 from harness.instruments.outputs import first_tensor
 from harness.instruments.timing import TimingResult
 
@@ -184,6 +186,36 @@ class TrainStep(Step):
     targets: torch.Tensor | None = None
     token_input: int = -1
     steps: int = field(default=0)
+
+    mode: ClassVar[str] = "train_step"
+
+    @classmethod
+    def for_workload(cls, model: nn.Module, inputs: tuple, w: Workload) -> TrainStep:
+        return make_train_step(model, inputs, w)
+
+    def compile(self, w: Workload, wrap: Callable[[nn.Module], nn.Module]) -> TrainStep:
+        """The step calling ``wrap(model)`` (the same parameters), sharing this step's optimizer; the inputs' batch
+        dimension marked dynamic first (:func:`harness.engine.compiled.mark_batch_dynamic`)."""
+        mark_batch_dynamic(self.inputs, w.batch_size)
+        return make_train_step(self.model, self.inputs, w, compiled=wrap(self.model), optimizer=self.optimizer)
+
+    def counts(self, w: Workload, count: Count | None) -> dict[str, float]:
+        """The static memory by kind, from the parameters (:func:`analytic_memory`)."""
+        return analytic_memory(self.params, w.optimizer)
+
+    @classmethod
+    def flop_figures(cls, w: Workload, counted: Mapping[str, float],
+                     flops_of: Callable[[Workload], float]) -> dict[str, float]:
+        """A training step's FLOPs beside the counted ``flops`` (the step as run: forward, loss, backward,
+        optimizer; with checkpointing the recomputed forwards too): ``model_flops`` — the same step without
+        checkpointing (``flops_of`` counts it again on fake tensors), what MFU divides — and the 6·N·D rule as
+        ``est_6nd_flops`` (N: trainable parameters, D: tokens of the step), an estimate labelled so."""
+        out: dict[str, float] = {"model_flops": counted["flops"]}
+        if w.checkpointing != "none":
+            out["model_flops"] = flops_of(dataclasses.replace(w, checkpointing="none"))
+        if w.seq_len:
+            out["est_6nd_flops"] = 6.0 * counted["params"] * w.batch_size * w.seq_len
+        return out
 
     def _loss(self, out: torch.Tensor) -> torch.Tensor:
         if self.targets is None:            # the first call: targets from the output's kind, made once

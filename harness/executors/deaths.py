@@ -6,7 +6,7 @@ a container runtime: the case is called ``oom`` only when an out-of-memory kill 
 kernel's ``oom_kill`` counter moved, system-wide (``/proc/vmstat``) or in this process's memory cgroup (v2
 ``memory.events``, v1 ``memory.oom_control``). Otherwise the death is ``crashed``, with the signal or exit code.
 (An out-of-memory the allocator raises inside the worker is caught there and is ``oom`` already:
-:func:`harness.engine.runner.is_oom`.)
+:func:`harness.engine.measure.is_oom`.)
 """
 from __future__ import annotations
 
