@@ -31,25 +31,23 @@ PARTLY_SERIAL_MODULES = frozenset({"test_claims_blocks", "test_ci_gate", "test_r
 themselves and run in the serial phase; the rest (counts, synthetic data, structure) run in the parallel phase.
 The serial phase collects these modules too (:func:`pytest_ignore_collect`); a test marked ``serial`` in a module in
 neither set is refused at collection (:func:`_check_serial_marks`), so none is lost between the phases.
-test_executor_devices and test_process_stats left the serial phase in round 6 (issue 24): the first checks where
-cases ran and under which keys, the second judges statistics on simulated timers; neither times anything.
-test_replicate_adaptive's process-adding test joined the serial phase in round 7: it judges the spread of timings
-between processes, and a parallel phase once disturbed it."""
+test_executor_devices and test_process_stats run in the parallel phase: the first checks where cases ran and under
+which keys, the second judges statistics on simulated timers; neither times anything. test_replicate_adaptive's
+process-adding test is serial: it judges the spread of timings between processes, which a parallel phase disturbs."""
 
 COLLECTED_SERIALLY = SERIAL_MODULES | PARTLY_SERIAL_MODULES
 """The modules the serial phase collects (:func:`pytest_ignore_collect`): a ``serial`` test anywhere else is refused."""
 
 
-SLOW_MODULES_FIRST = ("test_claims_figures", "test_history", "test_side_by_side", "test_hf_models", "test_claims_mnist1d",
-                      "test_history_browser", "test_executor_ray", "test_executor", "test_ranks", "test_overhead",
-                      "test_report_browser", "test_concurrent_runs", "test_faults_pg", "test_report", "test_resume",
-                      "test_faults", "test_pytest_plugin", "test_vision", "test_ab_versions", "test_cli",
-                      "test_timm_models", "test_roofline", "test_vision_zoo",
-                      "test_packaging", "test_claims_cost", "test_transformer", "test_docs_readme",
-                      "test_docs_metrics",
+SLOW_MODULES_FIRST = ("test_claims_figures", "test_side_by_side", "test_history", "test_executor", "test_executor_ray",
+                      "test_overhead", "test_hf_models", "test_concurrent_runs", "test_report", "test_pytest_plugin",
+                      "test_cli", "test_compile", "test_vision_zoo", "test_vision", "test_report_browser",
+                      "test_faults_pg", "test_resume", "test_claims_mnist1d", "test_ranks", "test_history_browser",
+                      "test_faults", "test_ab_versions", "test_timm_models", "test_roofline", "test_packaging",
+                      "test_claims_cost", "test_transformer", "test_docs_readme", "test_docs_metrics",
                       "test_hf_vs_ours")
-"""The modules that take longest (`pytest --durations`, summed per module, 2 cores; re-ranked in round 6 from a fresh
-clone's `make test` at 578fc40, test_executor less what round 6 saved), longest first: `make test`'s
+"""The modules that take longest (`pytest --durations`, summed per module, 2 cores, from a parallel phase measured
+on 2026-11-28; test_claims_figures first, as it must start in a fresh worker), longest first: `make test`'s
 parallel phase hands out whole modules (``--dist loadfile``) in the order of the collection
 (``--no-loadscope-reorder``), so the longest start first and the many short modules fill the end evenly (the
 longest-job-first rule). xdist's own order, by number of tests, left these few-test, long modules for last, and one
