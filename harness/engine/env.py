@@ -5,9 +5,12 @@
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import platform
+import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -110,3 +113,13 @@ def fingerprint(threads: int | None = None) -> dict[str, Any]:
     }
     soft = {"host": platform.node(), "platform": platform.platform(), **git_commit()}
     return {"hard": hard, "soft": soft}
+
+
+def die_with_parent() -> None:
+    """Linux: have the kernel SIGKILL this process when the process that started it dies (a worker or a rank never
+    outlives its parent, e.g. after ``kill -9``)."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
+        except OSError:
+            pass

@@ -11,11 +11,9 @@ checks one step's gradients against one process's (a mismatch ends the case as a
 """
 from __future__ import annotations
 
-import ctypes
 import datetime
 import os
 import pickle
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,7 +25,7 @@ from harness.contract import registry
 from harness.contract.plugins import load_files as load_plugin_files
 from harness.contract.spec import ArchSpec, Case, Workload
 from harness.engine import distributed, training
-from harness.engine.env import usable_cores
+from harness.engine.env import die_with_parent, usable_cores
 from harness.engine.models import materialize
 from harness.engine.runner import RunOptions, is_oom
 from harness.engine.steps import cast_inputs
@@ -41,15 +39,6 @@ FORWARD_SEED = 2000      # and its checked forward (dropout) runs after torch.ma
 
 class GradientMismatch(RuntimeError):
     """The ranks' gradients are not one process's on the same batches: the case is wrong, not slow."""
-
-
-def die_with_parent() -> None:
-    """Linux: the kernel SIGKILLs this rank when the process that started it dies (no rank outlives its case)."""
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
-        except OSError:
-            pass
 
 
 def rank_threads(w: Workload) -> int:

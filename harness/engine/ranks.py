@@ -80,8 +80,9 @@ def spans_ranks(w: Workload) -> bool:
 
 
 def devices_available(device: str) -> int:
-    """Ranks this machine can give a device each: its CUDA devices, or its usable CPU cores."""
-    return torch.cuda.device_count() if device.startswith("cuda") else usable_cores()
+    """Ranks this machine can give a device each: its CUDA devices, or its CPU cores (the machine's, not this
+    process's affinity: a worker pinned to one core still starts ranks that the kernel spreads over all of them)."""
+    return torch.cuda.device_count() if device.startswith("cuda") else (os.cpu_count() or 1)
 
 
 def check_ranks(spec: ArchSpec, w: Workload) -> None:

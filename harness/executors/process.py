@@ -8,13 +8,10 @@ replaces it.
 """
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import logging
 import multiprocessing as mp
 import multiprocessing.spawn as spawn
-import signal
-import sys
 import time
 from collections.abc import Iterator, Sequence
 from multiprocessing.connection import Connection
@@ -22,6 +19,7 @@ from multiprocessing.connection import Connection
 from harness.contract import registry
 from harness.executors.base import interleave_groups, poisons_worker
 from harness.executors.deaths import death_record, read_oom_kills
+from harness.engine.env import die_with_parent
 from harness.engine.replicate import imprecise, merge_processes, per_process_timing
 from harness.engine.runner import RunOptions, run_case, run_group
 from harness.contract.records import CaseRecord
@@ -33,17 +31,8 @@ _START_TIMEOUT_S = 120.0
 log = logging.getLogger("bench")
 
 
-def _die_with_parent() -> None:
-    """Linux: have the kernel SIGKILL this worker if the parent dies (e.g. ``kill -9``)."""
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
-        except OSError:
-            pass
-
-
 def _worker(conn: Connection) -> None:
-    _die_with_parent()
+    die_with_parent()
     registry.list_archs()     # import the built-in and installed architectures before the first case is timed
     conn.send("ready")
     while True:
