@@ -20,7 +20,7 @@ import torch
 from claims.experiments.runner import Training
 from harness.engine.env import fingerprint
 from harness.contract.records import CaseRecord, RunRecord
-from harness.engine.run import Run, run_options
+from harness.session import Run, run_options
 from harness.store.db import Store
 from harness.engine.checks import WORKLOAD_CHECKS
 from harness.contract.suite import load_suite

@@ -25,7 +25,7 @@ from harness.engine.bisect import Bisection, Probe, bisect, good_tree, measure_c
 from harness.engine.commits import REPO, Commit, commits_between, resolve
 from harness.engine.env import fingerprint
 from harness.engine.replicate import GATE_PROCESSES
-from harness.engine.run import Run, run_options
+from harness.session import Run, run_options
 from harness.engine.runner import RunOptions
 from harness.store.db import Store
 from reports.check.baseline import baseline_document, parse_baseline

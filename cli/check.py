@@ -17,7 +17,7 @@ from harness.contract.errors import BenchInputError
 from harness.executors import EXECUTORS
 from harness.contract.records import FAILED, CaseRecord, RunRecord
 from harness.engine.replicate import GATE_PROCESSES, add_processes
-from harness.engine.run import Run, run_options
+from harness.session import Run, run_options
 from harness.engine.runner import RunOptions
 from harness.contract.spec import Case
 from harness.store.db import Store

@@ -21,7 +21,7 @@ from harness.executors.process import prestart as prestart_worker
 from harness.executors.ray_executor import RAY_MISSING, ray_available
 from harness.engine.overhead import RunOverhead, summary_line
 from harness.contract.records import CaseRecord, RunRecord
-from harness.engine.run import Run, run_options
+from harness.session import Run, run_options
 from harness.store.db import Store
 from harness.engine.checks import WORKLOAD_CHECKS
 from harness.contract.suite import case_from_record, list_suites, load_suite, parse_set

@@ -14,7 +14,7 @@ from harness.contract import plugins, registry
 from harness.contract.suite import load_suite
 from harness.engine.env import fingerprint
 from harness.engine.models import MODELS
-from harness.engine.run import Run, run_options
+from harness.session import Run, run_options
 from harness.store.db import Store
 
 ROOT = Path(__file__).resolve().parent.parent

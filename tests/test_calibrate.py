@@ -91,7 +91,7 @@ def test_runs_without_a_peak_lack_peak_share(runs):
 
 
 def test_max_peak_keeps_the_higher_rate_per_device_and_dtype() -> None:
-    from harness.engine.run import max_peak
+    from harness.session import max_peak
     start = {"cpu": {"matmul_flops_per_s": {"fp32": 50e9, "bf16": 10e9}, "copy_bytes_per_s": 9e9}}
     end = {"cpu": {"matmul_flops_per_s": {"fp32": 70e9}, "copy_bytes_per_s": 8e9},
            "cuda:0": {"matmul_flops_per_s": {"bf16": 700e12}, "copy_bytes_per_s": 3e12}}
@@ -115,7 +115,7 @@ def test_a_cuda_only_run_calibrates_once(monkeypatch) -> None:
     the end re-check runs for CPU cases only."""
     from types import SimpleNamespace
 
-    from harness.engine import run as run_mod
+    from harness import session as run_mod
     calls: list[dict] = []
     monkeypatch.setattr(run_mod, "calibrate_peak", lambda used, threads: calls.append(used) or {
         d: {"matmul_flops_per_s": {dt: 1e9 for dt in dts}, "copy_bytes_per_s": 1e9} for d, dts in used.items()})

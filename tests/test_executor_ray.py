@@ -179,7 +179,7 @@ def test_without_ray_the_cli_says_so_in_one_line_and_exits_2(monkeypatch, tmp_pa
 
 
 def test_the_default_path_never_imports_ray():
-    code = ("import sys, cli, harness.engine.run; from harness.executors import make_executor; "
+    code = ("import sys, cli, harness.session; from harness.executors import make_executor; "
             "make_executor('process').close(); make_executor('devices=cpu').close(); "
             "print('ray' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)

@@ -1,4 +1,4 @@
-"""Faults that hit the store under a run (harness.engine.run.Run), each a real fault: a full disk, a read-only file and a
+"""Faults that hit the store under a run (harness.session.Run), each a real fault: a full disk, a read-only file and a
 corrupt file (one line naming the store and the cause, exit 2, no traceback, the existing store never truncated).
 The PostgreSQL faults (a restart, a server gone for good) are tests/test_faults_pg.py's. SIGKILL and SIGTERM of the
 driver are tests/test_resume.py's and tests/test_cli.py's; a killed worker is tests/test_executor.py's."""

@@ -1,4 +1,4 @@
-"""PostgreSQL faults under a run (harness.engine.run.Run), each a real fault on a server of the test's own: a restart in the
+"""PostgreSQL faults under a run (harness.session.Run), each a real fault on a server of the test's own: a restart in the
 middle of a run (ridden out: nothing lost or doubled) and the server gone for good (one line, exit 2, the cases kept
 in a local SQLite file that `bench merge` adds back and `--resume` completes)."""
 from __future__ import annotations

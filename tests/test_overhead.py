@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from harness.engine import run as session
+from harness import session
 from harness.engine import measure
 from harness.executors import ProcessExecutor
 from harness.executors.base import poisons_worker

@@ -153,7 +153,7 @@ class RunBusyError(BenchInputError):
 
 class StoreWriteError(BenchInputError):
     """The store refused a write for good (after the retries): a server gone, a full disk, a read-only or corrupt
-    file. One line naming the store and the cause (exit 2); :class:`harness.engine.run.Run` keeps the cases locally."""
+    file. One line naming the store and the cause (exit 2); :class:`harness.session.Run` keeps the cases locally."""
 
     def __init__(self, message: str) -> None:
         self.cause = message

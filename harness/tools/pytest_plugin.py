@@ -25,7 +25,7 @@ from harness.contract.secrets import hide_passwords
 if TYPE_CHECKING:
     from harness.executors.base import Executor
     from harness.contract.records import CaseRecord
-    from harness.engine.run import Run
+    from harness.session import Run
     from harness.engine.runner import RunOptions
     from harness.contract.spec import Case
     from harness.store.db import Store
@@ -89,7 +89,7 @@ class BenchSession:
     def measure(self, case: Case) -> CaseRecord:
         if self._executor is None:
             from harness.executors import make_executor
-            from harness.engine.run import run_options
+            from harness.session import run_options
             self._options = run_options(self.quick, self.timeout)
             self._executor = make_executor(self.executor_name)
         assert self._options is not None
@@ -110,7 +110,7 @@ class BenchSession:
         if self.url is None or self._store is not None:
             return
         from harness.engine.env import fingerprint, usable_cores
-        from harness.engine.run import Run
+        from harness.session import Run
         from harness.store.db import Store
         store = Store(self.url)
         options = {"timeout": self.timeout, "executor": self.executor_name,
