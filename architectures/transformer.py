@@ -28,6 +28,7 @@ from architectures.layers.attention import Attention, AttnImpl, HeadLayout, Stat
 from architectures.layers.efficient import SlidingWindowCore
 from architectures.layers.blocks import MLP, RESIDUALS, Activation, Block, NormKind, make_norm
 from architectures.layers.positions import PositionKind, make_positions
+from architectures.layers.tensor_parallel import Reduce
 from architectures.transformer_cost import kv_cache_bytes  # noqa: F401  (public here too)
 from harness.api import ArchSpec, register
 
@@ -223,8 +224,28 @@ class Decoder(nn.Module):
         if cfg.positions == "learned" and max_len > cfg.max_seq_len:
             raise ValueError(f"learned positions cover {cfg.max_seq_len} tokens; a generation state of {max_len} "
                              f"positions would pass them (raise max_seq_len or use sinusoidal/rope/alibi positions)")
-        return StaticKVState(StaticKVCache(batch, cfg.kv_heads, cfg.head_dim, max_len, cfg.window,
-                                           like=self.tok.weight) for _ in self.stack.blocks)
+        return StaticKVState(StaticKVCache(batch, block.attn.n_kv_heads, block.attn.head_dim, max_len, cfg.window,
+                                           like=self.tok.weight) for block in self.stack.blocks)   # its own heads
+
+    # Tensor parallelism (harness.engine.tensor_parallel): every block keeps its share of the heads and MLP width.
+    @staticmethod
+    def cannot_split_heads(cfg: DecoderConfig, world: int) -> str | None:
+        """Why ``cfg`` cannot split over ``world`` ranks (Megatron's head and MLP split), or None."""
+        for what, n in (("query heads", cfg.n_heads), ("k/v heads", cfg.kv_heads), ("d_ff", cfg.ff_dim)):
+            if n % world:
+                return f"{world} ranks do not divide its {n} {what}"
+        if cfg.positions == "alibi":
+            return "ALiBi's bias is made for all the heads at once, not one rank's share"
+        return None
+
+    def split_heads(self, rank: int, world: int, reduce: Reduce) -> None:
+        """Keep rank ``rank``'s share of every block, in place (:meth:`architectures.layers.blocks.Block.split_heads`);
+        the embeddings, norms and LM head stay whole on every rank."""
+        reason = self.cannot_split_heads(self.cfg, world)
+        if reason:
+            raise ValueError(reason)
+        for block in self.stack.blocks:
+            block.split_heads(rank, world, reduce)
 
     def prefill(self, tokens: Tensor, state: StaticKVState) -> Tensor:
         """Empty ``state`` and run the prompt (B, T) into it -> logits of its last position (B, vocab)."""

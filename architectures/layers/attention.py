@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from architectures.layers.tensor_parallel import Reduce, RowSplitLinear, keep_rows, share
+
 AttnImpl = Literal["eager", "sdpa"]
 Rotation = Callable[[Tensor, Tensor, int], tuple[Tensor, Tensor]]  # (q, k, offset) -> (q, k)
 Kernel = Callable[..., Tensor]                                      # eager_attention or sdpa_attention
@@ -283,7 +285,25 @@ class Attention(nn.Module):
             y = cache.mix(self.core, q, k, v, bias, causal, dropout, self.scale)   # (B, H, T, hd)
         else:
             y = self.core(q, k, v, bias, causal, 0, dropout, self.scale)          # (B, H, T, hd)
-        return self.out(y.transpose(1, 2).reshape(b, t, d))               # (B, H, T, hd) -> (B, T, d)
+        return self.out(y.transpose(1, 2).reshape(b, t, h * hd))          # (B, H, T, hd) -> (B, T, d)
+
+    def split_heads(self, rank: int, world: int, reduce: Reduce) -> None:
+        """Keep rank ``rank``'s share of the heads, in place (tensor parallelism,
+        :mod:`architectures.layers.tensor_parallel`): of the fused ``qkv`` columns (H query heads, then Hkv key heads,
+        then Hkv value heads) its H/N query heads and the Hkv/N k/v heads they are grouped over, and of ``out`` the
+        input features of its query heads, summed over the ranks by ``reduce``. ``world`` must divide H and Hkv."""
+        if self.kind != "self":
+            raise ValueError("only self-attention splits its heads over ranks")
+        h, hkv, hd = self.n_heads, self.n_kv_heads, self.head_dim
+        if h % world or hkv % world:
+            raise ValueError(f"{world} ranks do not split {h} query heads and {hkv} k/v heads evenly")
+        device = self.qkv.weight.device
+        q = share(h * hd, rank, world, device)                            # (H/N·hd,): its query heads' features
+        kv = share(hkv * hd, rank, world, device)                         # (Hkv/N·hd,)
+        self.qkv = keep_rows(self.qkv, torch.cat([q, h * hd + kv, (h + hkv) * hd + kv]))
+        self.out = RowSplitLinear(self.out, q, reduce)
+        self.heads = Heads(h // world, hkv // world, hd)
+        self.n_heads, self.n_kv_heads = self.heads.n_heads, self.heads.n_kv_heads
 
     def mix_macs(self, batch: int, t: int, s: int | None = None, causal: bool = False) -> int:
         """Forward MACs of the core alone (projections excluded) on t queries and s (default t) keys."""

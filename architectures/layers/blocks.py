@@ -7,6 +7,8 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
+from architectures.layers.tensor_parallel import Reduce, RowSplitLinear, keep_rows, share
+
 NormKind = Literal["layernorm", "rmsnorm"]
 Activation = Literal["relu", "gelu", "gelu_tanh", "swiglu"]   # gelu_tanh: GPT-2's tanh approximation
 
@@ -69,6 +71,15 @@ class MLP(nn.Module):
             h = _IN_PLACE[self.activation](h) if in_place else self.act(h)
         return self.drop(self.down(h))
 
+    def split_heads(self, rank: int, world: int, reduce: Reduce) -> None:
+        """Keep rank ``rank``'s share of the hidden width, in place (tensor parallelism,
+        :mod:`architectures.layers.tensor_parallel`): its d_ff/N columns of ``up`` (of the gate and of the value
+        halves when gated) and the matching rows of ``down``, summed over the ranks by ``reduce``."""
+        d_ff = self.down.in_features
+        mine = share(d_ff, rank, world, self.up.weight.device)           # (d_ff/N,)
+        self.up = keep_rows(self.up, torch.cat([mine, d_ff + mine]) if self.gated else mine)
+        self.down = RowSplitLinear(self.down, mine, reduce)
+
 
 class PreNorm(nn.Module):
     """x + sublayer(norm(x)): the GPT-2 / modern placement."""
@@ -122,3 +133,11 @@ class Block(nn.Module):
         if self.cross_attn is not None:
             x = self.res_cross(x, lambda h: self.cross_attn(h, context))
         return self.res_mlp(x, self.mlp)
+
+    def split_heads(self, rank: int, world: int, reduce: Reduce) -> None:
+        """Keep rank ``rank``'s share of the attention heads and the MLP width, in place (tensor parallelism):
+        two all-reduces per layer, after the attention's output projection and after the MLP."""
+        if self.cross_attn is not None:
+            raise ValueError("a layer with cross-attention does not split over ranks")
+        self.attn.split_heads(rank, world, reduce)
+        self.mlp.split_heads(rank, world, reduce)

@@ -35,9 +35,12 @@ OPTIMIZERS: tuple[str, ...] = ("adamw", "sgd")
 AMPS: tuple[str, ...] = ("none", "bf16", "fp16")     # autocast dtype; "fp16" adds a GradScaler (CUDA only)
 CHECKPOINTINGS: tuple[str, ...] = ("none", "block")  # "block": each block of the model's main ModuleList
 # One case across ``world_size`` ranks (harness.engine.ranks): "ddp" (DistributedDataParallel) and "fsdp" (FSDP2
-# fully_shard) time a training step, each rank on its own batch of ``batch_size``; "none": one process.
-PARALLELS: tuple[str, ...] = ("none", "ddp", "fsdp")
-PARALLEL_MODES: dict[str, tuple[str, ...]] = {"ddp": ("train_step",), "fsdp": ("train_step",)}
+# fully_shard) time a training step, each rank on its own batch of ``batch_size``; "tp" (tensor parallelism: a
+# decoder's heads and MLP width split over the ranks) times a forward or a generation of one batch shared by the
+# ranks; "none": one process.
+PARALLELS: tuple[str, ...] = ("none", "ddp", "fsdp", "tp")
+PARALLEL_MODES: dict[str, tuple[str, ...]] = {"ddp": ("train_step",), "fsdp": ("train_step",),
+                                              "tp": ("fwd", "generate")}
 
 
 @dataclass(frozen=True)

@@ -1,32 +1,39 @@
 """What one rank of a multi-rank case does with its model (run inside a rank: :mod:`harness.engine.rank_worker`).
 
 * :func:`wrap` — the model split across the ranks: ``ddp`` (``DistributedDataParallel``, gradients as views of
-  its all-reduce buckets, so they are not held twice) or ``fsdp`` (FSDP2 ``fully_shard`` on each block of the
-  model's main ``ModuleList``, then on the root: parameters, gradients and optimizer state sharded).
-* :func:`gradient_error` — correctness first: the gradients of one step on every rank's batch, against those of
-  one process on the same batches (the mean of the ranks' losses), as the largest relative difference.
-* :func:`comm_payload` — the bytes the step's collectives carry, derived from the parameter sizes (not counted).
-* :func:`time_collectives` — those collectives timed alone, with no compute to overlap.
+  its all-reduce buckets, so they are not held twice; its buckets all-reduced by torch's own Python
+  ``allreduce_hook``, which does what DDP does without a hook, through ``torch.distributed.all_reduce``, so that
+  :func:`counting` sees them) or ``fsdp`` (FSDP2 ``fully_shard`` on each block of the model's main ``ModuleList``,
+  then on the root: parameters, gradients and optimizer state sharded). ``tp``: :mod:`harness.engine.tensor_parallel`.
+* :func:`rank0_error` — correctness first: rank 0 compares what the ranks computed (one step's gradients, or the
+  logits) with one process's on the same batches, as the largest relative difference; every rank gets it.
+* :func:`comm_payload` — the bytes the step's collectives carry, derived from the parameter sizes.
+* :func:`counting` — the bytes the step's collectives carry, counted: every collective called through
+  ``torch.distributed`` within the block (the one place that patches it), with its size, so that
+  :func:`time_calls` can replay them alone, with no compute to overlap.
 * :func:`barrier_samples` — the one timing loop of a multi-rank step: a barrier before each sample. It is apart
   from :class:`harness.instruments.timing.Sampler` because every rank must make the same number of calls (a
   step's collectives pair up across ranks): rank 0 decides when to stop and the others follow.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import statistics
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
 from harness.engine.training import block_lists
-from harness.instruments.timing import TimingConfig
+from harness.instruments.timing import TimingConfig, TimingResult, consecutive_rounds
 
 GRAD_TOLERANCE: dict[str, float] = {"fp32": 1e-4, "bf16": 2e-2, "fp16": 2e-2}
 """The largest relative gradient difference from one process that rounding explains, by the step's precision:
@@ -38,7 +45,9 @@ def wrap(model: nn.Module, parallel: str, device: torch.device) -> nn.Module:
     shards ``model`` in place and returns it, DDP returns its wrapper."""
     if parallel == "ddp":
         ids = [device.index] if device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True)
+        ddp = DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True)
+        ddp.register_comm_hook(None, allreduce_hook)      # DDP's own averaging, through the counted all_reduce
+        return ddp
     if parallel == "fsdp":
         for blocks in block_lists(model):
             for block in blocks:
@@ -70,23 +79,24 @@ def relative_error(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) 
     return worst
 
 
-def gradient_error(grads: dict[str, torch.Tensor], reference: Callable[[], dict[str, torch.Tensor]],
-                   device: torch.device) -> float:
-    """Rank 0 compares ``grads`` with ``reference()`` (one process's gradients on the same batches); every rank
-    gets the result (a broadcast), so all of them go on or stop together."""
+def rank0_error(got: dict[str, torch.Tensor], reference: Callable[[], dict[str, torch.Tensor]],
+                device: torch.device) -> float:
+    """Rank 0 compares ``got`` with ``reference()`` (one process's gradients, or logits, on the same batches) by
+    :func:`relative_error`; every rank gets the result (a broadcast), so all of them go on or stop together."""
     err = torch.zeros(1, dtype=torch.float64, device=device)
     if dist.get_rank() == 0:
-        err.fill_(relative_error(grads, reference()))
+        err.fill_(relative_error(got, reference()))
     dist.broadcast(err, src=0)
     return float(err.item())
 
 
 @dataclass(frozen=True)
 class Payload:
-    """The tensor bytes a step's collectives carry on each rank (derived from the parameters, not counted):
-    ``all_reduce`` (DDP: every gradient), ``all_gather`` (FSDP: the parameters gathered whole, in the forward and
-    again in the backward for the blocks resharded after their forward) and ``reduce_scatter`` (FSDP: every
-    gradient, reduced to the rank's shard)."""
+    """The tensor bytes a step's collectives carry on each rank, by kind — derived (:func:`comm_payload`,
+    :func:`harness.engine.tensor_parallel.payload`) or counted (:meth:`Counted.payload`): ``all_reduce`` (DDP: every
+    gradient; TP: the row-parallel layers' activations), ``all_gather`` (FSDP: the parameters gathered whole, in the
+    forward and again in the backward for the blocks resharded after their forward) and ``reduce_scatter`` (FSDP:
+    every gradient, reduced to the rank's shard)."""
 
     all_reduce: int = 0
     all_gather: int = 0
@@ -118,31 +128,95 @@ def comm_payload(model: nn.Module, parallel: str) -> Payload:
     return Payload(all_gather=everything + blocks, reduce_scatter=everything)
 
 
-def time_collectives(payload: Payload, device: torch.device, dtype: torch.dtype, repeats: int = 3) -> float:
-    """Seconds the payload's collectives take alone (median of ``repeats``, a barrier before each): an
-    all-reduce of the all-reduce bytes, an all-gather and a reduce-scatter of theirs, on flat buffers."""
+WHOLE: dict[str, tuple[int, str]] = {"all_reduce": (0, "tensor"), "broadcast": (0, "tensor"),
+                                     "all_gather_into_tensor": (0, "output_tensor"),
+                                     "all_gather_single": (0, "output_tensor"),
+                                     "reduce_scatter_tensor": (1, "input"), "reduce_scatter_single": (1, "input")}
+"""The collectives :func:`counting` sees, each with the argument (position, name) that is the whole tensor it
+carries, as :class:`Payload` counts it: an all-reduce's or a broadcast's tensor, an all-gather's gathered output, a
+reduce-scatter's input before it is scattered."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """One collective as called: its name (a key of :data:`WHOLE`), the whole tensor's elements and dtype."""
+
+    op: str
+    numel: int
+    dtype: torch.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * torch.tensor([], dtype=self.dtype).element_size()
+
+
+@dataclass
+class Counted:
+    """The collectives called within a :func:`counting` block, in order."""
+
+    calls: list[Call] = field(default_factory=list)
+
+    def payload(self) -> Payload:
+        """The counted bytes as a :class:`Payload` (all-reduces and broadcasts together as ``all_reduce``)."""
+        kind = {"all_reduce": "all_reduce", "broadcast": "all_reduce", "all_gather_into_tensor": "all_gather",
+                "all_gather_single": "all_gather", "reduce_scatter_tensor": "reduce_scatter",
+                "reduce_scatter_single": "reduce_scatter"}
+        sums = {"all_reduce": 0, "all_gather": 0, "reduce_scatter": 0}
+        for c in self.calls:
+            sums[kind[c.op]] += c.nbytes
+        return Payload(**sums)
+
+
+@contextlib.contextmanager
+def counting() -> Iterator[Counted]:
+    """Count every collective of :data:`WHOLE` called through ``torch.distributed`` within the block (DDP's hook,
+    FSDP2 and the tensor-parallel layers call them there); the functions are restored on leaving."""
+    counted = Counted()
+    originals = {name: getattr(dist, name) for name in WHOLE}
+
+    def counter(name: str, fn: Callable) -> Callable:
+        pos, key = WHOLE[name]
+
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            t = kwargs[key] if key in kwargs else args[pos]
+            counted.calls.append(Call(name, t.numel(), t.dtype))
+            return fn(*args, **kwargs)
+        return call
+
+    try:
+        for name, fn in originals.items():
+            setattr(dist, name, counter(name, fn))
+        yield counted
+    finally:
+        for name, fn in originals.items():
+            setattr(dist, name, fn)
+
+
+def time_calls(calls: list[Call], device: torch.device, repeats: int = 3) -> float:
+    """Seconds the counted ``calls`` take replayed alone, the same collectives of the same sizes in the same order,
+    with no compute to overlap (median of ``repeats``, a barrier before each). 0 for no calls."""
+    if not calls:
+        return 0.0
     world = dist.get_world_size()
-    item = torch.tensor([], dtype=dtype).element_size()
-
-    def flat(nbytes: int) -> torch.Tensor:
-        n = -(-nbytes // (item * world)) * world                 # a multiple of the world size
-        return torch.ones(n, dtype=dtype, device=device)
-
-    ar = flat(payload.all_reduce) if payload.all_reduce else None
-    ag = flat(payload.all_gather) if payload.all_gather else None
-    rs = flat(payload.reduce_scatter) if payload.reduce_scatter else None
-    shard_ag = ag.chunk(world)[0].clone() if ag is not None else None
-    shard_rs = torch.empty(rs.numel() // world, dtype=dtype, device=device) if rs is not None else None
+    buffers = []
+    for c in calls:
+        n = -(-c.numel // world) * world                                  # a multiple of the world size
+        whole = torch.ones(n, dtype=c.dtype, device=device)
+        buffers.append((c.op, whole, torch.ones(n // world, dtype=c.dtype, device=device)))
     times = []
     for _ in range(repeats):
         dist.barrier()
         t0 = time.perf_counter()
-        if ar is not None:
-            dist.all_reduce(ar)
-        if ag is not None:
-            dist.all_gather_into_tensor(ag, shard_ag)
-        if rs is not None:
-            dist.reduce_scatter_tensor(shard_rs, rs)
+        for op, whole, shard in buffers:
+            if op == "all_reduce":
+                dist.all_reduce(whole)
+            elif op == "broadcast":
+                dist.broadcast(whole, src=0)
+            elif op.startswith("all_gather"):
+                dist.all_gather_into_tensor(whole, shard)
+            else:
+                dist.reduce_scatter_tensor(shard, whole)
         _sync(device)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
@@ -153,22 +227,13 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-@dataclass(frozen=True)
-class RankTiming:
-    """One rank's timed calls: the first alone (``cold_s``), then ``samples_s``, the i-th of every rank taken
-    after the same barrier (so the step's time of sample i is the largest of the ranks')."""
-
-    cold_s: float
-    samples_s: tuple[float, ...]
-    warmup_calls: int
-    total_s: float
-
-
-def barrier_samples(fn: Callable[[], object], config: TimingConfig, device: torch.device) -> RankTiming:
+def barrier_samples(fn: Callable[[], object], config: TimingConfig, device: torch.device) -> TimingResult:
     """Time ``fn`` on every rank of the group alike: a cold call, ``config.warmup_calls`` warm-up calls (at least
     one), then samples of one call each, each after a barrier that also carries rank 0's decision to go on
     (an all-reduce of a flag: every rank waits for every other). Rank 0 stops once it holds ``min_samples`` and
-    ``min_time_s`` of sampling, or ``max_time_s`` is spent with at least 3 samples."""
+    ``min_time_s`` of sampling, or ``max_time_s`` is spent with at least 3 samples. Sample i of every rank is taken
+    after the same barrier (so the step's time of sample i is the largest of the ranks'); one call per sample
+    (block size 1), the samples split into ``config.rounds`` consecutive rounds."""
     flag = torch.ones(1, dtype=torch.int32, device=device)
     leader = dist.get_rank() == 0
     t_start = time.perf_counter()
@@ -196,4 +261,5 @@ def barrier_samples(fn: Callable[[], object], config: TimingConfig, device: torc
         fn()
         _sync(device)
         samples.append(time.perf_counter() - t0)
-    return RankTiming(cold, tuple(samples), warm, time.perf_counter() - t_start)
+    return TimingResult(cold, tuple(samples), 1, warm, time.perf_counter() - t_start, "perf_counter",
+                        consecutive_rounds(len(samples), config.rounds))

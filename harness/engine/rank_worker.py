@@ -3,11 +3,17 @@
 
 The rank pins its threads (and, where the machine has the cores, its CPU set) so that N ranks do not oversubscribe
 the machine, joins the process group on the loopback address, builds the model (:func:`harness.engine.models.materialize`,
-the same seeded weights on every rank) and its own batch, splits the model (:func:`harness.engine.distributed.wrap`),
-checks one step's gradients against one process's (a mismatch ends the case as an error), times the step
-(:func:`harness.engine.distributed.barrier_samples`), measures its memory by kind
-(:meth:`harness.engine.training.TrainStep.memory`) and the step's collectives alone, and writes what it found to
-``rank<R>.pkl`` in the job's folder — or, when it fails, the one-line reason to ``rank<R>.err`` and exits 3.
+the same seeded weights on every rank), then, by the case's ``parallel``:
+
+* ``ddp``/``fsdp`` (:func:`train_rank`): its own batch, the model wrapped (:func:`harness.engine.distributed.wrap`),
+  one step's gradients checked against one process's (a mismatch ends the case as an error);
+* ``tp`` (:func:`split_rank`): the batch every rank shares, the model split (:mod:`harness.engine.tensor_parallel`),
+  its logits checked against the whole model's;
+
+then counts the bytes of one step's collectives (:func:`harness.engine.distributed.counting`), times the step
+(:func:`harness.engine.distributed.barrier_samples`), measures its memory by kind (``Step.memory``) and replays the
+counted collectives alone, and writes what it found to ``rank<R>.pkl`` in the job's folder — or, when it fails, the
+one-line reason to ``rank<R>.err`` and exits 3.
 """
 from __future__ import annotations
 
@@ -24,9 +30,10 @@ import torch.distributed as dist
 from harness.contract import registry
 from harness.contract.plugins import load_files as load_plugin_files
 from harness.contract.spec import ArchSpec, Case, Workload
-from harness.engine import distributed, training
+from harness.engine import distributed, measure, tensor_parallel, training
 from harness.engine.env import die_with_parent, usable_cores
 from harness.engine.models import materialize
+from harness.engine.modes import step_class
 from harness.engine.runner import RunOptions, is_oom
 from harness.engine.steps import cast_inputs
 from harness.instruments.torch_types import torch_dtype
@@ -92,6 +99,15 @@ def run_rank(case: Case, opts: RunOptions, rank: int, port: int, timeout_s: floa
                             timeout=datetime.timedelta(seconds=timeout_s))
     load_plugin_files(opts.plugins)
     spec = registry.resolve(case.arch, **dict(case.overrides))
+    part = split_rank if w.parallel == "tp" else train_rank
+    out = {"rank": rank, "threads": threads, **part(spec, case, opts, rank, device)}
+    dist.barrier()
+    return out
+
+
+def train_rank(spec: ArchSpec, case: Case, opts: RunOptions, rank: int, device: torch.device) -> dict[str, Any]:
+    """DDP or FSDP: a training step on the rank's own batch, its gradients checked against one process's."""
+    w = case.workload
     inputs = rank_inputs(spec, w, device, rank)
     model = materialize(spec, w, device)
     step = training.make_train_step(distributed.wrap(model, w.parallel, device), inputs, w)
@@ -99,14 +115,16 @@ def run_rank(case: Case, opts: RunOptions, rank: int, port: int, timeout_s: floa
     # correctness first: one step's gradients against one process's on every rank's batch
     torch.manual_seed(FORWARD_SEED + rank)
     step.backward(step.forward_loss())
-    err = distributed.gradient_error(distributed.gathered_grads(model),
-                                     lambda: one_process_grads(spec, w, device), device)
+    err = distributed.rank0_error(distributed.gathered_grads(model),
+                                  lambda: one_process_grads(spec, w, device), device)
     step.update()
     tolerance = distributed.GRAD_TOLERANCE[w.amp if w.amp != "none" else w.dtype]
     if not err <= tolerance:
         raise GradientMismatch(f"{w.parallel} gradients on {w.world_size} ranks differ from one process's on the "
                                f"same batches: largest relative difference {err:.3g} > {tolerance:g}")
-    out: dict[str, Any] = {"rank": rank, "threads": threads, "grad_max_rel_err": err, "payload": payload}
+    out: dict[str, Any] = {"errors": {"grad_max_rel_err": err}, "payload": payload}
+    with distributed.counting() as counted:        # one whole step: forward, backward, update
+        step()
     if "latency" in case.metrics:
         out["timing"] = distributed.barrier_samples(step, opts.timing, device)
     if "memory" in case.metrics:
@@ -114,10 +132,45 @@ def run_rank(case: Case, opts: RunOptions, rank: int, port: int, timeout_s: floa
         if w.parallel == "ddp":      # DDP's all-reduce buckets stay allocated between steps (gradients view them)
             held += payload.all_reduce
         out["memory"] = step.memory(held, device)
-    dtype = next(p for p in model.parameters() if p.requires_grad).dtype
-    out["comm_s"] = distributed.time_collectives(payload, device, dtype)
-    dist.barrier()
-    return out
+    return {**out, **_communication(counted, device)}
+
+
+def split_rank(spec: ArchSpec, case: Case, opts: RunOptions, rank: int, device: torch.device) -> dict[str, Any]:
+    """TP: the model's heads and MLP width split over the ranks, a forward or a generation of the batch they all
+    share, its logits checked against the whole model's on rank 0."""
+    w = case.workload
+    tensor_parallel.check_split(spec, w)
+    kind = step_class(w.mode)
+    torch.manual_seed(INPUT_SEED)                   # one batch, the same on every rank
+    inputs = cast_inputs(spec.make_inputs(spec.config, kind.inputs_workload(w), device), torch_dtype(w))
+    model = materialize(spec, w, device)
+    want = tensor_parallel.outputs(model, inputs, w) if rank == 0 else {}     # the whole model's, before the split
+    tensor_parallel.split(model, rank, w.world_size)
+    err = distributed.rank0_error(tensor_parallel.outputs(model, inputs, w), lambda: want, device)
+    del want
+    tolerance = tensor_parallel.LOGIT_TOLERANCE[w.dtype]
+    if not err <= tolerance:
+        raise tensor_parallel.LogitMismatch(f"tp logits on {w.world_size} ranks differ from one process's on the "
+                                            f"same batch: largest relative difference {err:.3g} > {tolerance:g}")
+    step = kind.for_workload(model, inputs, w)
+    out: dict[str, Any] = {"errors": {"logit_max_rel_err": err}, "payload": tensor_parallel.payload(spec.config, w)}
+    with distributed.counting() as counted:
+        step()
+    if "latency" in case.metrics:
+        timing = distributed.barrier_samples(step, opts.timing, device)
+        out["timing"] = timing
+        out["figures"] = step.figures(timing, w, {})[0]          # a generation's TTFT, TPOT, ...: this rank's
+    if "memory" in case.metrics:
+        weights = sum(p.nbytes for p in model.parameters())
+        out["memory"] = {**step.memory(measure.static_bytes(model, inputs), device),
+                         "measured_weight_bytes": float(weights)}
+    return {**out, **_communication(counted, device)}
+
+
+def _communication(counted: distributed.Counted, device: torch.device) -> dict[str, Any]:
+    """The step's collectives as counted, and replayed alone (``comm_s``)."""
+    return {"counted": counted.payload(), "comm_calls": len(counted.calls),
+            "comm_s": distributed.time_calls(counted.calls, device)}
 
 
 def main(job_path: str, rank: int) -> None:

@@ -13,17 +13,23 @@ What the record holds (every figure from the ranks' own runs; ``harness.contract
 
 * time — sample i of the step is the largest of the ranks' sample i (each taken after the same barrier):
   ``median_ms`` and the rest summarize those; ``rank<r>_median_ms`` is each rank's own median, so a straggler shows;
-* rates — ``samples_per_s``/``tokens_per_s`` of all ranks together (each rank steps its own batch of
-  ``batch_size``), ``samples_per_s_per_rank``/``tokens_per_s_per_rank``; ``flops`` and ``macs`` are one rank's
-  step as counted, ``flops_all_ranks`` their sum; MFU per device where the device has a published peak;
+* rates — ``samples_per_s``/``tokens_per_s`` of all ranks together (under DDP and FSDP each rank steps its own
+  batch of ``batch_size``; under TP the ranks step one batch together), ``samples_per_s_per_rank``/
+  ``tokens_per_s_per_rank`` (the total / N); ``flops`` and ``macs`` are one rank's step as counted (TP: the whole
+  model's, as one process counts it), ``flops_all_ranks`` their sum (DDP, FSDP); MFU per device where the device
+  has a published peak; a generation's figures (TTFT, TPOT, ...: :mod:`harness.engine.generation`) are the slowest
+  rank's;
 * memory — each rank's ``rank<r>_peak_bytes`` and its memory by kind (``rank<r>_weight_bytes``, ``_grad_bytes``,
-  ``_optimizer_state_bytes``, ``_activation_bytes``: the rank's own shard under FSDP); the unprefixed
+  ``_optimizer_state_bytes``, ``_activation_bytes``: the rank's own shard under FSDP and TP); the unprefixed
   ``peak_bytes`` and ``measured_*_bytes`` are the LARGEST rank's, never a sum;
 * communication — ``comm_payload_bytes`` (the tensor bytes the step's collectives carry, derived from the parameter
-  sizes: :class:`harness.engine.distributed.Payload`), ``comm_bytes_per_rank`` (what a rank sends with ring
-  collectives), ``comm_ms`` (those collectives timed alone) and ``comm_share`` = comm_ms / median_ms (an upper
+  sizes, or under TP the activations: :class:`harness.engine.distributed.Payload`), ``comm_counted_bytes`` (the
+  same, counted at the collectives of one step: :func:`harness.engine.distributed.counting`), ``comm_calls``,
+  ``comm_bytes_per_rank`` and ``comm_counted_bytes_per_rank`` (what a rank sends with ring collectives, from each),
+  ``comm_ms`` (the counted collectives replayed alone) and ``comm_share`` = comm_ms / median_ms (an upper
   bound: in the step they overlap compute);
-* correctness — ``grad_max_rel_err``: one step's gradients against one process's on the same batches.
+* correctness — ``grad_max_rel_err``: one step's gradients against one process's on the same batches (DDP, FSDP);
+  ``logit_max_rel_err``: the logits against the whole model's (TP).
 
 On a CPU the ranks share its cores: the record's note says so, and its times are for correctness, memory and
 communication bytes, not speed.
@@ -56,6 +62,7 @@ from harness.engine import training
 from harness.engine.distributed import Payload
 from harness.engine.env import usable_cores
 from harness.engine.overhead import metric_name
+from harness.engine.tensor_parallel import check_split
 from harness.instruments.timing import consecutive_rounds
 
 POLL_S = 0.05
@@ -87,13 +94,15 @@ def devices_available(device: str) -> int:
 
 def check_ranks(spec: ArchSpec, w: Workload) -> None:
     """Refuse before anything runs a world larger than the devices (CUDA devices, or CPU cores: one per rank);
-    a CUDA device named by index (the ranks take devices 0..N−1). A machine without CUDA leaves a CUDA case to
-    be skipped when it runs, as every CUDA case is."""
+    a CUDA device named by index (the ranks take devices 0..N−1); a ``tp`` case on a model it cannot split
+    (:func:`harness.engine.tensor_parallel.check_split`). A machine without CUDA leaves a CUDA case to be skipped
+    when it runs, as every CUDA case is."""
     if not spans_ranks(w):
         return
     if w.device.startswith("cuda") and ":" in w.device:
         raise BenchInputError(f"a case across ranks takes CUDA devices 0..{w.world_size - 1}: name device "
                               f"\"cuda\", not {w.device!r}", where="device")
+    check_split(spec, w)
     if w.device.startswith("cuda") and not torch.cuda.is_available():
         return
     have = devices_available(w.device)
@@ -102,6 +111,11 @@ def check_ranks(spec: ArchSpec, w: Workload) -> None:
         raise BenchInputError(f"world_size {w.world_size} needs {w.world_size} {what}; this machine has {have}",
                               where="world_size")
 
+
+
+def shares_batch(w: Workload) -> bool:
+    """Whether the ranks step one batch together (TP: each holds a share of the model) rather than a batch each."""
+    return w.parallel == "tp"
 
 
 def free_port() -> int:
@@ -234,12 +248,15 @@ def run_ranked(case: Case, opts: Any, count: Count) -> CaseRecord:
     if "latency" in case.metrics:
         extra, why = training.rates(w, metrics["median_ms"] / 1e3, metrics.get("model_flops"), metrics.get("flops"),
                                     training.device_name(w.device if w.device == "cpu" else "cuda:0"))
+        batches = 1 if shares_batch(w) else w.world_size       # TP: one batch for all ranks; else one per rank
         for name in ("samples_per_s", "tokens_per_s"):
             if name in extra:
-                metrics[f"{name}_per_rank"] = extra[name]
-                extra[name] *= w.world_size
+                extra[name] *= batches
+                metrics[f"{name}_per_rank"] = extra[name] / w.world_size
         metrics.update(extra)
-        metrics["throughput_per_s"] = w.world_size * w.batch_size / (metrics["median_ms"] / 1e3)
+        if "output_tokens_per_s" in metrics:                  # a generation's (the slowest rank's figures)
+            metrics["output_tokens_per_s_per_rank"] = metrics["output_tokens_per_s"] / w.world_size
+        metrics["throughput_per_s"] = batches * w.batch_size / (metrics["median_ms"] / 1e3)
         metrics["comm_share"] = metrics["comm_ms"] / metrics["median_ms"]
         note = "; ".join(x for x in (note, why) if x)
     return case.record("ok", note, config=config, metrics=metrics, samples_s=samples, rounds=rounds,
@@ -251,12 +268,17 @@ def fold(ranks: list[dict[str, Any]], metrics: dict[str, float], w: Workload, n_
     """Fold the ranks' results into ``metrics`` (see the module docstring); returns the step's samples (each the
     largest rank's) and their rounds."""
     metrics["threads"] = float(ranks[0]["threads"])
-    metrics["grad_max_rel_err"] = max(r["grad_max_rel_err"] for r in ranks)
-    if "flops" in metrics:
+    for name in ranks[0]["errors"]:
+        metrics[name] = max(r["errors"][name] for r in ranks)
+    if "flops" in metrics and not shares_batch(w):
         metrics["flops_all_ranks"] = metrics["flops"] * w.world_size
     payload: Payload = ranks[0]["payload"]
     metrics["comm_payload_bytes"] = float(payload.total)
     metrics["comm_bytes_per_rank"] = float(payload.sent_per_rank(w.world_size))
+    counted: Payload = max((r["counted"] for r in ranks), key=lambda p: p.total)    # equal on every rank
+    metrics["comm_counted_bytes"] = float(counted.total)
+    metrics["comm_counted_bytes_per_rank"] = float(counted.sent_per_rank(w.world_size))
+    metrics["comm_calls"] = float(ranks[0]["comm_calls"])
     metrics["comm_ms"] = max(r["comm_s"] for r in ranks) * 1e3
     samples: tuple[float, ...] = ()
     rounds: tuple[int, ...] = ()
@@ -270,6 +292,8 @@ def fold(ranks: list[dict[str, Any]], metrics: dict[str, float], w: Workload, n_
         metrics["n_processes"] = 1.0          # one launch of the ranks
         for r, t in enumerate(timings):
             metrics[f"rank{r}_median_ms"] = statistics.median(t.samples_s) * 1e3
+        slowest = max(range(len(ranks)), key=lambda r: metrics[f"rank{r}_median_ms"])
+        metrics.update(ranks[slowest].get("figures", {}))    # a generation's TTFT, TPOT, ...: the slowest rank's
     if all("memory" in r for r in ranks):
         for name, short in KINDS:
             values = [r["memory"].get(name) for r in ranks]
