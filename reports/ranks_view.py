@@ -1,6 +1,7 @@
 """The view of cases across ranks (workload ``parallel`` set: harness.engine.ranks): a table per case — the step's
-time and each rank's median, tokens/s in total and per rank, each rank's memory by kind (the largest rank's and
-every rank's peak, never a sum), the bytes communicated and the check of the gradients — and a figure of tokens/s
+time and each rank's median, tokens/s in total and per rank (a generation's output tokens/s), each rank's memory by
+kind (the largest rank's and every rank's peak, never a sum), the bytes a rank sends per step (counted, and derived
+beside them) and the correctness check (gradients under DDP and FSDP, logits under TP) — and a figure of tokens/s
 and per-rank peak memory against the world size. Reads stored records only (no torch)."""
 from __future__ import annotations
 
@@ -52,28 +53,41 @@ def _largest(r: CaseRecord, suffix: str) -> float | None:
     return max(values) if values else None
 
 
+RATES: dict[str, str] = {"tokens_per_s": "tokens/s", "output_tokens_per_s": "output tokens/s",
+                         "samples_per_s": "samples/s"}
+"""The rate a row shows, the first a case has: metric -> its unit."""
+CHECKS: tuple[tuple[str, str], ...] = (("grad_max_rel_err", "gradients"), ("logit_max_rel_err", "logits"))
+
+
+def _check(r: CaseRecord) -> str:
+    """What the case checked against one process, and the largest relative difference ("–" where none)."""
+    return next((f"{what} {v:.1e}" for name, what in CHECKS if (v := _m(r, name)) is not None), "–")
+
+
 def rank_rows(records: Sequence[CaseRecord]) -> list[dict[str, str]]:
     """One row per case across ranks (see the module docstring)."""
     recs = ranked_records(records)
     rows = []
     for r, label in zip(recs, case_labels(recs, "world_size")):
-        rate = "tokens_per_s" if _m(r, "tokens_per_s") is not None else "samples_per_s"
+        rate = next((n for n in RATES if _m(r, n) is not None), "samples_per_s")
         rows.append({
             "case": label, "parallel": str(r.workload.get("parallel")), "ranks": str(world(r)),
             "median": _fmt(_m(r, "median_ms"), 1.0, "{:,.1f}"),
             "rank_medians": _per_rank(r, "median_ms", 1.0, "{:,.1f}"),
-            "unit": "tokens/s" if rate == "tokens_per_s" else "samples/s",
+            "unit": RATES[rate],
             "rate": _fmt(_m(r, rate), 1.0, "{:,.3g}"), "rate_per_rank": _fmt(_m(r, f"{rate}_per_rank"), 1.0, "{:,.3g}"),
             **{header: _fmt(_largest(r, suffix), MiB) for header, suffix in KINDS},
             "peaks": _per_rank(r, "peak_bytes", MiB, "{:,.1f}"),
-            "comm": _fmt(_m(r, "comm_bytes_per_rank"), MiB), "comm_share": _fmt(_m(r, "comm_share"), 0.01, "{:.0f} %"),
-            "grad_err": _fmt(_m(r, "grad_max_rel_err"), 1.0, "{:.1e}"),
+            "comm": _fmt(_m(r, "comm_counted_bytes_per_rank"), MiB, "{:,.3f}"),
+            "comm_derived": _fmt(_m(r, "comm_bytes_per_rank"), MiB, "{:,.3f}"),
+            "comm_share": _fmt(_m(r, "comm_share"), 0.01, "{:.0f} %"),
+            "check": _check(r),
         })
     return rows
 
 
 def scaling_figure(records: Sequence[CaseRecord]) -> Figure | None:
-    """Tokens/s (samples/s without tokens) in total and per rank, and the largest rank's peak memory, against the
+    """Tokens/s (a generation's output tokens/s; samples/s without tokens) in total and per rank, and the largest rank's peak memory, against the
     world size: one series per line. None without cases across ranks."""
     recs = ranked_records(records)
     if not recs:
@@ -86,12 +100,12 @@ def scaling_figure(records: Sequence[CaseRecord]) -> Figure | None:
     for line, rs in sorted(series.items()):
         rs = sorted(rs, key=world)
         xs = [world(r) for r in rs]
-        total = [_m(r, "tokens_per_s") or _m(r, "samples_per_s") for r in rs]
-        each = [_m(r, "tokens_per_s_per_rank") or _m(r, "samples_per_s_per_rank") for r in rs]
+        total = [next((v for n in RATES if (v := _m(r, n)) is not None), None) for r in rs]
+        each = [next((v for n in RATES if (v := _m(r, f"{n}_per_rank")) is not None), None) for r in rs]
         (mark,) = rate_ax.plot(xs, total, "o-", label=f"{line} (all ranks)")
         rate_ax.plot(xs, each, "o--", color=mark.get_color(), label=f"{line} (per rank)")
         mem_ax.plot(xs, [(_m(r, "peak_bytes") or float("nan")) / MiB for r in rs], "o-", label=line)
-    rate_ax.set(xlabel="world size (ranks)", ylabel="tokens/s (samples/s without tokens)",
+    rate_ax.set(xlabel="world size (ranks)", ylabel="tokens/s (generation: output; samples/s without tokens)",
                 title="throughput against world size")
     mem_ax.set(xlabel="world size (ranks)", ylabel="MiB (the largest rank's peak)", title="per-rank peak memory")
     for ax in (rate_ax, mem_ax):

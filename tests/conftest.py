@@ -42,7 +42,8 @@ COLLECTED_SERIALLY = SERIAL_MODULES | PARTLY_SERIAL_MODULES
 SLOW_MODULES_FIRST = ("test_claims_figures", "test_side_by_side", "test_history", "test_executor", "test_executor_ray",
                       "test_overhead", "test_hf_models", "test_concurrent_runs", "test_report", "test_pytest_plugin",
                       "test_cli", "test_compile", "test_vision_zoo", "test_vision", "test_report_browser",
-                      "test_faults_pg", "test_resume", "test_claims_mnist1d", "test_ranks", "test_history_browser",
+                      "test_faults_pg", "test_resume", "test_claims_mnist1d", "test_ranks", "test_tensor_parallel",
+                      "test_history_browser",
                       "test_faults", "test_ab_versions", "test_timm_models", "test_roofline", "test_packaging",
                       "test_claims_cost", "test_transformer", "test_docs_readme", "test_docs_metrics",
                       "test_hf_vs_ours")

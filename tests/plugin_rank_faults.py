@@ -1,4 +1,5 @@
-"""A test-only plug-in architecture (`rank-faulty`) whose forward misbehaves on one rank of a multi-rank case.
+"""Test-only plug-in architectures that misbehave on one rank of a multi-rank case: `rank-faulty`, whose forward
+dies, hangs or skews, and `decoder-tp-skewed`, a decoder whose tensor-parallel split is wrong on rank 1.
 
 Loaded by file path (``RunOptions(plugins=...)``) into the worker and rank processes only, never into the test
 runner: ``tests/test_ranks.py`` runs its cases through the process executor. The fault fires only on real tensors
@@ -18,6 +19,8 @@ import torch.distributed as dist
 from torch import nn
 from torch._subclasses.fake_tensor import is_fake
 
+from architectures.inputs import token_inputs
+from architectures.transformer import Decoder, DecoderConfig
 from harness.contract.registry import register
 from harness.contract.spec import ArchSpec, Workload
 
@@ -56,3 +59,17 @@ def rank_faulty_inputs(cfg: RankFaultyConfig, w: Workload, device: torch.device)
 
 register(ArchSpec("rank-faulty", "test", RankFaultyConfig(), RankFaulty, rank_faulty_inputs,
                   "test-only: a linear layer whose forward dies, hangs or skews on one rank"))
+
+
+class SkewedSplitDecoder(Decoder):
+    """A decoder whose split keeps rank 1's first output projection scaled by 1.5 (a wrong shard)."""
+
+    def split_heads(self, rank: int, world: int, reduce) -> None:
+        super().split_heads(rank, world, reduce)
+        if rank == 1:
+            with torch.no_grad():
+                self.stack.blocks[0].attn.out.weight.mul_(1.5)
+
+
+register(ArchSpec("decoder-tp-skewed", "test", DecoderConfig(vocab_size=256, d_model=32, n_layers=1, n_heads=2),
+                  SkewedSplitDecoder, token_inputs, "test-only: a decoder whose tensor-parallel split is wrong"))

@@ -1,5 +1,6 @@
 """One case across 2 ranks (gloo, on the CPU): gradients equal to one process's (DDP, FSDP), per-rank memory by kind
-(FSDP's saving), a rank killed, a rank hung, a mismatch that is an error, and bad input refused before anything runs.
+(FSDP's saving), the bytes of the collectives counted (equal to the derived for DDP), a rank killed, a rank hung, a
+mismatch that is an error (DDP gradients, a wrong tensor-parallel shard), and bad input refused before anything runs.
 
 The fault cases use tests/plugin_rank_faults.py, loaded only in the worker and rank processes (one ProcessExecutor
 sweep of three cases, which also shows the sweep going on after a dead and a hung rank)."""
@@ -12,13 +13,14 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
+import torch.distributed as dist
 
 from harness.contract.errors import BenchInputError
 from harness.contract.registry import resolve
 from harness.contract.records import OMITTED_DEFAULTS
 from harness.contract.spec import OMITTED_WHEN_DEFAULT, Case, Workload, workload_dict
 from harness.engine import ranks
-from harness.engine.distributed import Payload, relative_error
+from harness.engine.distributed import WHOLE, Payload, counting, relative_error, time_calls
 from harness.engine.runner import RunOptions, run_case
 from harness.executors import ProcessExecutor
 from harness.instruments.timing import TimingConfig
@@ -91,6 +93,36 @@ def test_communication_bytes_derived_from_parameter_sizes(measured):
     assert Payload(all_gather=100, reduce_scatter=100).sent_per_rank(4) == 150
 
 
+def test_counted_bytes_equal_the_derived_for_ddp(measured):
+    ddp, fsdp = measured["ddp"].metrics, measured["fsdp"].metrics
+    # DDP all-reduces every gradient once, in its buckets: counted at torch.distributed.all_reduce
+    assert ddp["comm_counted_bytes"] == ddp["comm_payload_bytes"] == ddp["rank0_weight_bytes"]
+    assert ddp["comm_calls"] >= 1
+    # ring all-reduce: a rank sends 2 (N-1)/N of the payload, N = 2
+    assert ddp["comm_counted_bytes_per_rank"] == 2 * (2 - 1) / 2 * ddp["comm_counted_bytes"]
+    # FSDP2: its all-gathers and reduce-scatters, counted (shards padded to equal sizes: at least the derived bytes)
+    assert fsdp["comm_payload_bytes"] <= fsdp["comm_counted_bytes"] <= 1.05 * fsdp["comm_payload_bytes"]
+
+
+def test_counting_sees_the_collectives_and_puts_them_back():
+    if dist.is_initialized():
+        pytest.skip("a process group is already set up in this process")
+    originals = {name: getattr(dist, name) for name in WHOLE}
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{ranks.free_port()}", rank=0, world_size=1)
+    try:
+        with counting() as counted:
+            dist.all_reduce(torch.ones(10))
+            dist.reduce_scatter_single(torch.empty(6, dtype=torch.float64), torch.ones(6, dtype=torch.float64))
+            dist.all_gather_single(output_tensor=torch.empty(3), input_tensor=torch.ones(3))
+        assert [(c.op, c.nbytes) for c in counted.calls] == [("all_reduce", 40), ("reduce_scatter_single", 48),
+                                                             ("all_gather_single", 12)]
+        assert counted.payload() == Payload(all_reduce=40, all_gather=12, reduce_scatter=48)
+        assert time_calls(counted.calls, torch.device("cpu"), repeats=1) > 0
+    finally:
+        dist.destroy_process_group()
+    assert {name: getattr(dist, name) for name in WHOLE} == originals
+
+
 def test_relative_error_sees_a_sum_for_a_mean():
     g = {"w": torch.tensor([1.0, -2.0])}
     assert relative_error({"w": 2 * g["w"]}, g) == pytest.approx(1.0)
@@ -117,12 +149,15 @@ def test_a_dead_or_hung_rank_ends_its_case_and_the_sweep_goes_on():
     def case(behavior: str) -> Case:
         w = Workload(batch_size=2, mode="train_step", world_size=2, parallel="ddp")
         return Case("ranks", behavior, "rank-faulty", (("behavior", behavior),), w, ("latency",))
+    # a wrong tensor-parallel shard: rank 1 keeps its first output projection scaled
+    tp_skew = Case("ranks", "tp skew", "decoder-tp-skewed", (),
+                   Workload(batch_size=2, seq_len=8, mode="fwd", world_size=2, parallel="tp"), ("latency",))
     start = time.time() - 1.0
     opts = RunOptions(timing=FAST, timeout_s=240, plugins=(PLUGIN,))
     short = RunOptions(timing=FAST, timeout_s=20, plugins=(PLUGIN,))      # the hang: its ranks stopped at 18 s
     ex = ProcessExecutor()
     try:
-        recs = {r.line: r for r in ex.run([case("sigkill"), case("skew")], opts)}
+        recs = {r.line: r for r in ex.run([case("sigkill"), case("skew"), tp_skew], opts)}
         recs.update({r.line: r for r in ex.run([case("hang")], short)})        # the same worker goes on
         assert recs["sigkill"].status == "crashed", recs["sigkill"].message
         assert "rank 1 killed by signal 9" in recs["sigkill"].message
@@ -130,6 +165,8 @@ def test_a_dead_or_hung_rank_ends_its_case_and_the_sweep_goes_on():
         assert recs["hang"].duration_s < short.timeout_s           # the case's own timeout, within its budget
         assert recs["skew"].status == "error"                       # a mismatch is an error, not a result
         assert "differ from one process's" in recs["skew"].message
+        assert recs["tp skew"].status == "error", recs["tp skew"].message
+        assert "tp logits on 2 ranks differ from one process's" in recs["tp skew"].message
         assert _rank_processes_since(start) == []             # no rank left behind
     finally:
         ex.close()

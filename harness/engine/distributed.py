@@ -214,9 +214,9 @@ def time_calls(calls: list[Call], device: torch.device, repeats: int = 3) -> flo
             elif op == "broadcast":
                 dist.broadcast(whole, src=0)
             elif op.startswith("all_gather"):
-                dist.all_gather_into_tensor(whole, shard)
+                dist.all_gather_single(whole, shard)
             else:
-                dist.reduce_scatter_tensor(shard, whole)
+                dist.reduce_scatter_single(shard, whole)
         _sync(device)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
