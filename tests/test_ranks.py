@@ -1,12 +1,14 @@
 """One case across 2 ranks (gloo, on the CPU): gradients equal to one process's (DDP, FSDP), per-rank memory by kind
 (FSDP's saving), the bytes of the collectives counted (equal to the derived for DDP), a rank killed, a rank hung, a
-mismatch that is an error (DDP gradients, a wrong tensor-parallel shard), and bad input refused before anything runs.
+mismatch that is an error (DDP gradients, a wrong tensor-parallel shard), ranks timing together through the one
+timing loop, and bad input refused before anything runs.
 
 The fault cases use tests/plugin_rank_faults.py, loaded only in the worker and rank processes (one ProcessExecutor
 sweep of three cases, which also shows the sweep going on after a dead and a hung rank)."""
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from pathlib import Path
 
@@ -23,7 +25,7 @@ from harness.engine import ranks
 from harness.engine.distributed import WHOLE, Payload, counting, relative_error, time_calls
 from harness.engine.runner import RunOptions, run_case
 from harness.executors import ProcessExecutor
-from harness.instruments.timing import TimingConfig
+from harness.instruments.timing import TimingConfig, measure
 from reports.ranks_view import rank_rows, scaling_figure
 from reports.training_view import training_rows
 from tests.helpers import invoke
@@ -121,6 +123,43 @@ def test_counting_sees_the_collectives_and_puts_them_back():
     finally:
         dist.destroy_process_group()
     assert {name: getattr(dist, name) for name in WHOLE} == originals
+
+
+def test_processes_timing_together_make_the_same_calls():
+    """The ranks' timing is the one timing loop (timing.measure) with an agreement: here two threads, the leader's
+    calls short (it would time blocks of many calls), the other's long (alone it would time one call a block)."""
+    barrier, offered, calls = threading.Barrier(2), [0, 0], [0, 0]
+
+    def agreement(rank: int):
+        def agree(value: int) -> int:          # the leader's value once both have offered theirs
+            offered[rank] = value
+            barrier.wait()
+            out = offered[0]
+            barrier.wait()
+            return out
+        return agree
+
+    def step(rank: int, seconds: float):
+        def fn() -> None:
+            calls[rank] += 1
+            time.sleep(seconds)
+        return fn
+
+    config = TimingConfig(warmup_calls=2, warmup_s=0.0, min_samples=5, min_time_s=0.0, max_time_s=3.0,
+                          min_sample_s=2e-3, rounds=1)
+    results: list = [None, None]
+
+    def run(rank: int, seconds: float) -> None:
+        results[rank] = measure(step(rank, seconds), config, "cpu", agree=agreement(rank))
+    threads = [threading.Thread(target=run, args=(0, 1e-4)), threading.Thread(target=run, args=(1, 3e-3))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert calls[0] == calls[1]
+    assert results[0].block_size == results[1].block_size > 1          # the leader's block size
+    assert len(results[0].samples_s) == len(results[1].samples_s) >= 5
+    assert results[1].samples_s[0] > 10 * results[0].samples_s[0]      # each its own clock
 
 
 def test_relative_error_sees_a_sum_for_a_mean():

@@ -11,9 +11,9 @@
 * :func:`counting` — the bytes the step's collectives carry, counted: every collective called through
   ``torch.distributed`` within the block (the one place that patches it), with its size, so that
   :func:`time_calls` can replay them alone, with no compute to overlap.
-* :func:`barrier_samples` — the one timing loop of a multi-rank step: a barrier before each sample. It is apart
-  from :class:`harness.instruments.timing.Sampler` because every rank must make the same number of calls (a
-  step's collectives pair up across ranks): rank 0 decides when to stop and the others follow.
+* :func:`agreement` — how the ranks time a step together through the one timing loop
+  (:func:`harness.instruments.timing.measure`): every rank makes the same calls, rank 0 decides, and each sample
+  starts after a barrier.
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
 from harness.engine.training import block_lists
-from harness.instruments.timing import TimingConfig, TimingResult, consecutive_rounds
+from harness.instruments.timing import Agree
 
 GRAD_TOLERANCE: dict[str, float] = {"fp32": 1e-4, "bf16": 2e-2, "fp16": 2e-2}
 """The largest relative gradient difference from one process that rounding explains, by the step's precision:
@@ -227,39 +227,17 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def barrier_samples(fn: Callable[[], object], config: TimingConfig, device: torch.device) -> TimingResult:
-    """Time ``fn`` on every rank of the group alike: a cold call, ``config.warmup_calls`` warm-up calls (at least
-    one), then samples of one call each, each after a barrier that also carries rank 0's decision to go on
-    (an all-reduce of a flag: every rank waits for every other). Rank 0 stops once it holds ``min_samples`` and
-    ``min_time_s`` of sampling, or ``max_time_s`` is spent with at least 3 samples. Sample i of every rank is taken
-    after the same barrier (so the step's time of sample i is the largest of the ranks'); one call per sample
-    (block size 1), the samples split into ``config.rounds`` consecutive rounds."""
-    flag = torch.ones(1, dtype=torch.int32, device=device)
+def agreement(device: torch.device) -> Agree:
+    """The ranks' :data:`harness.instruments.timing.Agree`: rank 0's value, on every rank once all have offered
+    theirs (an all-reduce of the minimum, the others offering the largest int64), so each agreement is a barrier
+    too. :func:`harness.instruments.timing.measure` with it is the one timing of a multi-rank step: every rank
+    makes the same calls (a step's collectives pair up across ranks), rank 0's stop rule decides when to stop,
+    and sample i of every rank starts after the same barrier (the step's sample i is the largest of the ranks')."""
+    flag = torch.zeros(1, dtype=torch.int64, device=device)
     leader = dist.get_rank() == 0
-    t_start = time.perf_counter()
-    dist.barrier()
-    c0 = time.perf_counter()
-    fn()
-    _sync(device)
-    cold = time.perf_counter() - c0
-    warm = max(1, config.warmup_calls)
-    for _ in range(warm):
-        dist.barrier()
-        fn()
-        _sync(device)
-    samples: list[float] = []
-    s_start = time.perf_counter()
-    while True:
-        now = time.perf_counter()
-        more = (len(samples) < config.min_samples or now - s_start < config.min_time_s) and not (
-            len(samples) >= 3 and now - t_start >= config.max_time_s)
-        flag.fill_(1 if (more or not leader) else 0)
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN)          # the barrier before the sample, and rank 0's word
-        if int(flag.item()) == 0:
-            break
-        t0 = time.perf_counter()
-        fn()
-        _sync(device)
-        samples.append(time.perf_counter() - t0)
-    return TimingResult(cold, tuple(samples), 1, warm, time.perf_counter() - t_start, "perf_counter",
-                        consecutive_rounds(len(samples), config.rounds))
+
+    def agree(value: int) -> int:
+        flag.fill_(value if leader else torch.iinfo(torch.int64).max)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        return int(flag.item())
+    return agree

@@ -11,8 +11,9 @@ the same seeded weights on every rank), then, by the case's ``parallel``:
   its logits checked against the whole model's;
 
 then counts the bytes of one step's collectives (:func:`harness.engine.distributed.counting`), times the step
-(:func:`harness.engine.distributed.barrier_samples`), measures its memory by kind (``Step.memory``) and replays the
-counted collectives alone, and writes what it found to ``rank<R>.pkl`` in the job's folder — or, when it fails, the
+(:func:`harness.instruments.timing.measure`, the ranks agreeing on every call:
+:func:`harness.engine.distributed.agreement`), measures its memory by kind (``Step.memory``) and replays the counted
+collectives alone, and writes what it found to ``rank<R>.pkl`` in the job's folder — or, when it fails, the
 one-line reason to ``rank<R>.err`` and exits 3.
 """
 from __future__ import annotations
@@ -30,14 +31,16 @@ import torch.distributed as dist
 from harness.contract import registry
 from harness.contract.plugins import load_files as load_plugin_files
 from harness.contract.spec import ArchSpec, Case, Workload
-from harness.engine import distributed, measure, tensor_parallel, training
+from harness.engine import distributed, tensor_parallel, training
 from harness.engine.env import die_with_parent, usable_cores
+from harness.engine.measure import static_bytes
 from harness.engine.models import materialize
 from harness.engine.modes import step_class
 from harness.engine.runner import RunOptions, is_oom
 from harness.engine.steps import cast_inputs
 from harness.instruments.torch_types import torch_dtype
 from harness.instruments import memory
+from harness.instruments.timing import measure
 
 EXIT_FAILED = 3          # the rank raised: its reason is in rank<R>.err
 INPUT_SEED = 1000        # rank r's batch is drawn after torch.manual_seed(INPUT_SEED + r)
@@ -126,7 +129,7 @@ def train_rank(spec: ArchSpec, case: Case, opts: RunOptions, rank: int, device: 
     with distributed.counting() as counted:        # one whole step: forward, backward, update
         step()
     if "latency" in case.metrics:
-        out["timing"] = distributed.barrier_samples(step, opts.timing, device)
+        out["timing"] = measure(step, opts.timing, device, agree=distributed.agreement(device))
     if "memory" in case.metrics:
         held = memory.tensor_bytes(model) + memory.tensor_bytes([x for x in inputs if isinstance(x, torch.Tensor)])
         if w.parallel == "ddp":      # DDP's all-reduce buckets stay allocated between steps (gradients view them)
@@ -157,12 +160,12 @@ def split_rank(spec: ArchSpec, case: Case, opts: RunOptions, rank: int, device: 
     with distributed.counting() as counted:
         step()
     if "latency" in case.metrics:
-        timing = distributed.barrier_samples(step, opts.timing, device)
+        timing = measure(step, opts.timing, device, agree=distributed.agreement(device))
         out["timing"] = timing
         out["figures"] = step.figures(timing, w, {})[0]          # a generation's TTFT, TPOT, ...: this rank's
     if "memory" in case.metrics:
         weights = sum(p.nbytes for p in model.parameters())
-        out["memory"] = {**step.memory(measure.static_bytes(model, inputs), device),
+        out["memory"] = {**step.memory(static_bytes(model, inputs), device),
                          "measured_weight_bytes": float(weights)}
     return {**out, **_communication(counted, device)}
 

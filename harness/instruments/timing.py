@@ -55,6 +55,19 @@ PATIENCE = 2.0
 _CALIBRATION_STEPS = 3
 
 
+Agree = Callable[[int], int]
+"""How the processes of a group that time one step together (the ranks of a case across ranks:
+:func:`harness.engine.distributed.agreement`) make the same calls, as a step's collectives pair up across them:
+given this process's value (whether its warm-up or its sampling is done, its block size), the group's value — the
+leader's — once every process has offered its own, so each agreement is also a barrier. Alone (:func:`alone`): the
+value itself."""
+
+
+def alone(value: int) -> int:
+    """The :data:`Agree` of a process timing on its own: its own value."""
+    return value
+
+
 @dataclass(frozen=True)
 class TimingConfig:
     """How long and how often to run a callable; see :func:`measure` for the stop rule."""
@@ -230,7 +243,8 @@ def clock_for(device: torch.device | str) -> HostClock:
     return CLOCKS[dev.type](dev)
 
 
-def measure(fn: Callable[[], object], config: TimingConfig, device: torch.device | str = "cpu") -> TimingResult:
+def measure(fn: Callable[[], object], config: TimingConfig, device: torch.device | str = "cpu",
+            agree: Agree = alone) -> TimingResult:
     """Time ``fn`` on ``device`` (the same steps on every device, with its clock: :data:`CLOCKS`).
 
     1. Cold: the first call is timed alone (``cold_s``; on CUDA between two synchronizes).
@@ -251,20 +265,25 @@ def measure(fn: Callable[[], object], config: TimingConfig, device: torch.device
     ``fn`` must enqueue its work on the current stream of ``device``. With ``config.flush_l2`` (CUDA only:
     ValueError on a CPU) every sample is ONE call (k = 1) preceded on the stream by a write of
     ``l2_flush_bytes(device)`` outside its events: triton do_bench's cold-L2 timing.
+
+    ``agree`` (:data:`Agree`): several processes timing one step together (the ranks of a case) agree before the
+    cold call, on the end of the warm-up, on the block size and calibration, and after each sample on whether to
+    take another — the leader's stop rule decides, and every process makes the same calls, each sample starting
+    after the same barrier.
     """
     clock = clock_for(device)
     if config.flush_l2 and clock.device.type != "cuda":
         raise ValueError("flush_l2 is CUDA-only (no defensible CPU cache flush: see harness.instruments.timing)")
     with clock.context():
         t_start = time.perf_counter()
-        prepared = Sampler(fn, config, clock.device)        # steps 1-3
+        prepared = Sampler(fn, config, clock.device, agree=agree)        # steps 1-3
         samples = prepared.samples
         stop = _StopRule(config)
         s_start = time.perf_counter()
         while True:
             prepared.sample()
             t1 = time.perf_counter()
-            if stop.done(samples, t1 - s_start, t1 - t_start):
+            if agree(int(stop.done(samples, t1 - s_start, t1 - t_start))):
                 break
         prepared.rounds = list(consecutive_rounds(len(samples), config.rounds))
         return prepared.result(time.perf_counter() - t_start)
@@ -288,14 +307,16 @@ class Sampler:
     """One callable prepared for timing — cold call, warm-up and block size, as :func:`measure` describes —
     then ``sample()`` times one block of k calls with the device's clock (:func:`clock_for`; with ``flush_l2``,
     k = 1 and ``flush`` — shared by callables timed side by side, else made here — runs before the start event).
-    :func:`measure`, :func:`measure_interleaved` and the A/B worker (``harness.engine.ab_worker``) all sample through it."""
+    :func:`measure`, :func:`measure_interleaved` and the A/B worker (``harness.engine.ab_worker``) all sample through it.
+    ``agree``: the group's agreement on each of these steps (:data:`Agree`; a process alone by default)."""
 
     def __init__(self, fn: Callable[[], object], config: TimingConfig, device: torch.device,
-                 flush: L2Flush | None = None) -> None:
+                 flush: L2Flush | None = None, agree: Agree = alone) -> None:
         self.fn, self.device, self.samples, self.rounds = fn, device, [], []
         self.clock = clock_for(device)
         self.flush = (flush or _flusher(config, device)) if config.flush_l2 else None
         self.clock.sync()
+        agree(0)                                  # a group starts its cold calls together
         c0 = time.perf_counter()
         fn()
         self.clock.sync()
@@ -306,15 +327,15 @@ class Sampler:
             self.n_warm += 1
             self.clock.sync()
             elapsed = time.perf_counter() - w_start
-            if self.n_warm >= config.warmup_calls and elapsed >= config.warmup_s:
+            if agree(int(self.n_warm >= config.warmup_calls and elapsed >= config.warmup_s)):
                 break
-        self.k = _block_size(elapsed / self.n_warm, config)
+        self.k = agree(_block_size(elapsed / self.n_warm, config))
         for _ in range(_CALIBRATION_STEPS if self.k > 1 else 0):
             block_s = self.sample(keep=False)
             self.n_warm += self.k
-            if block_s * self.k >= config.min_sample_s:
+            if agree(int(block_s * self.k >= config.min_sample_s)):
                 break
-            self.k = _block_size(block_s, config)
+            self.k = agree(_block_size(block_s, config))
 
     def sample(self, keep: bool = True) -> float:
         """Seconds per call over one block of k calls."""
