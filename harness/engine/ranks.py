@@ -275,7 +275,7 @@ def fold(ranks: list[dict[str, Any]], metrics: dict[str, float], w: Workload, n_
     payload: Payload = ranks[0]["payload"]
     metrics["comm_payload_bytes"] = float(payload.total)
     metrics["comm_bytes_per_rank"] = float(payload.sent_per_rank(w.world_size))
-    counted: Payload = max((r["counted"] for r in ranks), key=lambda p: p.total)    # equal on every rank
+    counted: Payload = max((r["counted"] for r in ranks), key=lambda p: p.total)    # the largest rank's (equal here)
     metrics["comm_counted_bytes"] = float(counted.total)
     metrics["comm_counted_bytes_per_rank"] = float(counted.sent_per_rank(w.world_size))
     metrics["comm_calls"] = float(ranks[0]["comm_calls"])
