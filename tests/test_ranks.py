@@ -8,6 +8,7 @@ sweep of three cases, which also shows the sweep going on after a dead and a hun
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import threading
 import time
 from pathlib import Path
@@ -127,7 +128,7 @@ def test_counting_sees_the_collectives_and_puts_them_back():
 
 def test_processes_timing_together_make_the_same_calls():
     """The ranks' timing is the one timing loop (timing.measure) with an agreement: here two threads, the leader's
-    calls short (it would time blocks of many calls), the other's long (alone it would time one call a block)."""
+    calls long (one call a block), the other's short (alone it would time blocks of many calls, and more of them)."""
     barrier, offered, calls = threading.Barrier(2), [0, 0], [0, 0]
 
     def agreement(rank: int):
@@ -151,15 +152,16 @@ def test_processes_timing_together_make_the_same_calls():
 
     def run(rank: int, seconds: float) -> None:
         results[rank] = measure(step(rank, seconds), config, "cpu", agree=agreement(rank))
-    threads = [threading.Thread(target=run, args=(0, 1e-4)), threading.Thread(target=run, args=(1, 3e-3))]
+    threads = [threading.Thread(target=run, args=(0, 1e-2)), threading.Thread(target=run, args=(1, 1e-4))]
     for t in threads:
         t.start()
     for t in threads:
         t.join(60)
     assert calls[0] == calls[1]
-    assert results[0].block_size == results[1].block_size > 1          # the leader's block size
+    assert results[0].block_size == results[1].block_size == 1         # the leader's block size
     assert len(results[0].samples_s) == len(results[1].samples_s) >= 5
-    assert results[1].samples_s[0] > 10 * results[0].samples_s[0]      # each its own clock
+    # each its own clock: the other's samples are its own short calls, not the leader's pace
+    assert statistics.median(results[0].samples_s) > statistics.median(results[1].samples_s)
 
 
 def test_relative_error_sees_a_sum_for_a_mean():
