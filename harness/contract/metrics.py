@@ -169,7 +169,7 @@ METRICS: tuple[Metric, ...] = (
        "tensor bytes passed to the collectives of one step on a rank, counted at torch.distributed"),
     _m("comm_counted_bytes_per_rank", "B", "count", True, _LOW,
        "bytes one rank sends per step with ring collectives, from the counted bytes"),
-    _m("comm_calls", "count", "count", True, _NONE, "collectives one rank calls in one step, counted"),
+    _m("comm_calls", "count", "tally", True, _NONE, "collectives one rank calls in one step, counted"),
     _m("comm_ms", "ms", "time", False, _LOW, "the step's counted collectives replayed alone, no compute to overlap"),
     _m("comm_share", "ratio", "share", False, _LOW, "comm_ms / median_ms: an upper bound of the step's share"),
     _m("grad_max_rel_err", "ratio", "spread", False, _LOW,
