@@ -11,7 +11,7 @@ from harness.analysis.fits import AffineFit, ScalingFit
 from harness.contract.records import CaseRecord
 from reports.findings import FIT_METRICS, Contrast, Findings, LineFinding, Ratio
 from reports.frames import rates
-from reports.side_by_side import SideBySide
+from reports.side_by_side import OVER_PEAK, SideBySide
 
 __all__ = ["AXIS_SYMBOL", "AXIS_UNIT", "HEADLINE_LINES", "OVER_PEAK", "affine_text", "against", "contrast_text",
            "fit_text", "headline_contrasts", "headline_lines", "line_text", "over_peak", "pct_peak", "peak_percent",
@@ -78,10 +78,6 @@ def fit_text(fit: ScalingFit | AffineFit | None, axis: str | None, regime: bool 
     if regime and fit.floor:
         text += f" for {symbol(axis)} ≥ {fit.x_min:g}"
     return text
-
-
-OVER_PEAK = "⚠"
-"""Marks a ``% peak`` above 100: a stale calibration or a count above the work done, shown, never clipped."""
 
 
 def peak_percent(rec: CaseRecord, peak: dict[str, Any] | None) -> float | None:
