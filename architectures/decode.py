@@ -5,7 +5,7 @@ The model's forward IS one step of greedy generation after a context of ``worklo
 * ``use_cache=True``: the inputs are the newest token (B, 1) and the decoder's static KV cache after a prefill of
   the n context tokens, passed as tensors — k₀, v₀, k₁, v₁, … each (B, Hkv, n + 1, hd): n filled slots and the one
   this step writes — so the harness counts the cache's bytes as static (inputs). The step takes them as the
-  buffers of :class:`~architectures.layers.attention.StaticKVCache` objects (:meth:`StaticKVCache.over`: no copy)
+  buffers of :class:`~architectures.layers.kv_cache.StaticKVCache` objects (:meth:`StaticKVCache.over`: no copy)
   and runs :meth:`Decoder.decode`, the very step the generation loop (:mod:`harness.engine.generation`) calls: each
   layer writes the token's k, v into the last slot in place and attends it over the n + 1 slots. Every call
   rewrites the same slot, so every call does the same work. Cost per step ∝ n (scores) + weights.
@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from architectures import transformer_cost as tc
 from architectures.inputs import tiled_randn
-from architectures.layers.attention import StaticKVCache, StaticKVState
+from architectures.layers.kv_cache import StaticKVCache, StaticKVState
 from architectures.transformer import DECODERS, Decoder, DecoderConfig, _describe, _small, lm_logits
 from harness.api import ArchSpec, Workload, register
 

@@ -196,7 +196,7 @@ def _model_class(cfg: HFConfig) -> Any:
 
 class HFStaticState(nn.Module):
     """A transformers ``StaticCache`` as a generation state: it reports the bytes it holds (``nbytes``) and those a
-    decode step must move at least (``step_bytes``), as :class:`architectures.layers.attention.StaticKVState` does.
+    decode step must move at least (``step_bytes``), as :class:`architectures.layers.kv_cache.StaticKVState` does.
     The cache allocates its layers on the first prefill (transformers' lazy initialisation, on the weights'
     device and dtype)."""
 

@@ -32,7 +32,7 @@ stride on the spatial layer, a 1×1 conv + BN shortcut where the shape changes) 
 k×k LR layer and whose inner width is widened (64 → 100, ..., 512 → 800) to keep ResNet-50's FLOPs;
 BN + ReLU after every 1×1 conv and LR layer as in ResNet; global average pool, linear head.
 
-Counting convention (harness/instruments/flops.py: MACs of matmul-like work only). The two window products
+Counting convention (harness/instruments/flops/formulas.py: MACs of matmul-like work only). The two window products
 are multiply-accumulates and count: the composability q·k (G·key_dim·k² MACs per output pixel)
 and the aggregation Σ ω·x (C·k² MACs per output pixel), window positions outside the image
 included (as a conv counts its zero padding). They run as the custom ops ``lrnet::window_dot``,

@@ -15,7 +15,7 @@ in the sequence length; a decode step is O(1) in the context (a fixed-size state
   (B, E, d_conv-1)), output logits (B, 1, vocab). ``kind`` picks S4D or Mamba (Mamba by default).
 
 ``cost`` gives exact parameters and forward MACs as harness.instruments.flops counts them (the scan op's convention:
-3 MACs per (batch, position, channel, state), see :mod:`architectures.layers.ssm`); ``step_cost`` adds
+3 MACs per (batch, position, channel, state), see :mod:`architectures.layers.scan`); ``step_cost`` adds
 ``state_bytes``, the bytes of the state tensors a step reads (independent of the context length).
 """
 from __future__ import annotations
@@ -29,7 +29,8 @@ from torch import Tensor, nn
 
 from architectures.inputs import need_seq_len, token_inputs
 from architectures.layers.blocks import NormKind, make_norm
-from architectures.layers.ssm import FWD_MACS_PER_STATE, MambaBlock, S4DBlock, SSMBlock
+from architectures.layers.scan import FWD_MACS_PER_STATE
+from architectures.layers.ssm import MambaBlock, S4DBlock, SSMBlock
 from harness.api import ArchSpec, Workload, register
 
 SSMKind = Literal["s4d", "mamba"]

@@ -24,7 +24,8 @@ from torch import Tensor, nn
 
 from architectures import transformer_cost as cost
 from architectures.inputs import seq2seq_inputs, token_inputs
-from architectures.layers.attention import Attention, AttnImpl, HeadLayout, StaticKVCache, StaticKVState
+from architectures.layers.attention import Attention, AttnImpl, HeadLayout
+from architectures.layers.kv_cache import StaticKVCache, StaticKVState
 from architectures.layers.efficient import SlidingWindowCore
 from architectures.layers.blocks import MLP, RESIDUALS, Activation, Block, NormKind, make_norm
 from architectures.layers.positions import PositionKind, make_positions

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from claims.experiment_store import ExperimentStore
 from claims.experiments.runner import Training
 from harness.engine.env import fingerprint
 from harness.contract.records import CaseRecord, RunRecord
@@ -154,7 +155,7 @@ class Context:
     def stored_experiment(self, module: str) -> dict[str, Any] | None:
         """The stored result of experiment ``module`` this context would reuse: same size, seeds and hard
         environment, trained by this checkout's experiment code."""
-        row = self.store.find_experiment(module, self.quick, list(self.seeds), self.hard_env())
+        row = ExperimentStore(self.store).find(module, self.quick, list(self.seeds), self.hard_env())
         if row is not None and row["result"].get("code_hash") != experiments_code_hash():
             log.info("claims: the stored %s was trained by other experiment code: training it again", module)
             return None
@@ -185,7 +186,7 @@ class Context:
             result.setdefault("wall_s", time.perf_counter() - t0)
             result["code_hash"] = experiments_code_hash()
             result["data_description"] = getattr(mod, "DATA", "")
-            self.store.add_experiment(module, self.quick, seeds, env, result)
+            ExperimentStore(self.store).add(module, self.quick, seeds, env, result)
             log.info("claims: %s took %.0f s", module, time.perf_counter() - t0)
         self._experiments[module] = result
         self.pieces[f"experiment {module}"] = {"seconds": time.perf_counter() - t_start, "reused": row is not None}

@@ -29,9 +29,10 @@ from harness.analysis.comparison import FLOOR
 from reports.compare import compare_runs, env_differences, interleaved_rows, pair_records
 from reports.findings import run_findings
 from reports.labels import case_labels, case_params
+from reports.sentences import headline_lines
 from reports.side_by_side import same_lines, side_by_side
-from reports.terminal import (cases_table, compare_table, findings_table, headline_lines, interleaved_table,
-                              runs_table, side_by_side_view)
+from reports.terminal import (cases_table, compare_table, findings_table, interleaved_table, runs_table,
+                              side_by_side_view)
 
 SUMMARY_POINTS = 2
 """``bench run``'s summary shows the side-by-side tables at this many sweep points at most (the smallest and the

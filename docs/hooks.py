@@ -170,6 +170,8 @@ def import_contracts() -> str:
     for c in cfg["contracts"]:
         if c["type"] == "layers":
             what = "layers, top → down: " + " → ".join(f"`{x}`" for x in c["layers"])
+            if c.get("containers"):
+                what = "in " + ", ".join(f"`{x}`" for x in c["containers"]) + ", " + what
         else:
             what = (", ".join(f"`{x}`" for x in c["source_modules"]) + " never import "
                     + ", ".join(f"`{x}`" for x in c["forbidden_modules"]))

@@ -9,7 +9,7 @@ Faults lose nothing:
 * Ctrl-C / SIGTERM: the run is marked ``interrupted`` and stays resumable (``--resume``); a killed driver's run
   stays ``running`` and its lease goes stale, so ``--resume`` completes it; a case is never stored twice;
 * the store failing under the run (a database server gone, a disk full, a file turned read-only): writes are
-  retried (:func:`harness.store.db.retrying`: a server restart is ridden out), then the record in hand and every
+  retried (:func:`harness.store.retry.retrying`: a server restart is ridden out), then the record in hand and every
   later one go to a local SQLite file (:data:`FALLBACK_DIR`), the executor is stopped, and
   :class:`StoreLostError` says in one line where they are and how to merge them back (``bench merge``).
 
@@ -151,7 +151,7 @@ class Run:
              invocation: dict[str, Any] | None = None) -> Run:
         """A new run of ``suite`` for ``cases``, or (``resume``) the newest run of the suite at this size, with the
         cases it still lacks. Either way this process becomes the run's one driver (its lease, released by
-        :meth:`finish`): resuming a run another live process drives raises :class:`harness.store.db.RunBusyError`.
+        :meth:`finish`): resuming a run another live process drives raises :class:`harness.store.leases.RunBusyError`.
         ``calibrate`` measures the machine's peak first (stored as ``options["peak"]``, re-checked at the end);
         ``invocation``: the command and options that made the run, stored with it as data."""
         opened_at, startup_s = time.perf_counter(), _startup_s()

@@ -26,7 +26,7 @@ every change between usable neighbours of one segment is flagged at the commit w
 changes** (ok → oom / timeout / error and back) are flagged likewise.
 
 **Latest vs best**: the latest usable median over the best (lowest) of its segment. **Drift**: a log-linear trend of
-the medians since the segment's last flagged step (:func:`harness.analysis.stats.fit_loglog` of the median against
+the medians since the segment's last flagged step (:func:`harness.analysis.fits.fit_loglog` of the median against
 ``e^index``), its total change over those points with a 95 % interval; flagged when the interval excludes no change
 and the total exceeds the gate's smallest effect (:data:`reports.check.timing.MIN_EFFECT`), with five points at least.
 """

@@ -31,7 +31,7 @@ from reports.labels import case_labels
 from reports.plots import PlotSpec, figure_metrics, figure_svg, metric_figure, metric_view, resolve_plot_spec
 from reports.report_tables import case_table, env_table, findings_rows, headline, num, raw_stats, side_by_side
 from reports.roofline import ABOVE_ROOF_MEANING, roofline_data, roofline_figure
-from reports.terminal import symbol
+from reports.sentences import symbol
 from reports.training_view import memory_figure, size_figure, training_rows
 from reports.ranks_view import rank_rows, scaling_figure
 

@@ -30,7 +30,7 @@ from harness.analysis.fits import AffineFit, ScalingFit, fit_cost  # noqa: E402
 from harness.contract.records import CaseRecord  # noqa: E402
 from reports.findings import EXACT_METRICS  # noqa: E402
 from reports.frames import is_number  # noqa: E402
-from reports.terminal import fit_text, symbol  # noqa: E402
+from reports.sentences import fit_text, symbol  # noqa: E402
 
 MiB = 1024 * 1024
 

@@ -15,7 +15,7 @@ from reports.findings import FIT_METRICS, Findings
 from reports.labels import case_labels, param_columns
 from reports.side_by_side import SideBySide
 from reports.frames import sdpa_backend
-from reports.terminal import contrast_text, fit_text, headline_contrasts, headline_lines, over_peak, pct_peak, symbol
+from reports.sentences import contrast_text, fit_text, headline_contrasts, headline_lines, over_peak, pct_peak, symbol
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
@@ -36,7 +36,7 @@ def num(v: Any, scale: float = 1.0, fmt: str = "{:,.3f}") -> str:
 
 
 def headline(f: Findings, sbs: SideBySide | None = None) -> dict[str, list[str]]:
-    """The sentences ``bench run`` prints (:func:`reports.terminal.headline_lines`, given the run's side-by-side
+    """The sentences ``bench run`` prints (:func:`reports.sentences.headline_lines`, given the run's side-by-side
     view ``sbs``), split into how each line scales (``lines``) and the one-parameter contrasts (``contrasts``)."""
     chosen = headline_contrasts(f, sbs.reference, True) if sbs else headline_contrasts(f)
     contrasts = {contrast_text(c, f.axis) for c in chosen}

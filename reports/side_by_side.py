@@ -231,6 +231,7 @@ def _dominated(rows: list[Row], with_top1: bool) -> dict[str, str]:
 # -- cells: the one text of each figure, for the terminal, the report and bench compare ----------------------------
 MiB = 1024 * 1024
 OVER_PEAK = "⚠"
+"""Marks a ``% peak`` above 100: a stale calibration or a count above the work done, shown, never clipped."""
 BEST_MARK = "★"
 DOMINATED_MARK = "†"
 

@@ -14,7 +14,7 @@ from claims.probes import exponent
 from harness.contract.records import CaseRecord
 from harness.analysis.fits import AffineFit, ScalingFit, cost_exponent, fit_affine, fit_cost, fit_floor_power, fit_scaling
 from reports.findings import Ratio, findings
-from reports.terminal import _times, headline_lines
+from reports.sentences import _times, headline_lines
 
 # A decode step's MACs at batch 8 on the H100 (evidence h100-2026-11-25, kv-long.sqlite, "MHA cache b=8"): the
 # weights once plus 49,152 MACs per context token. The power law of the old fit read `n^0.66 [-0.38, 1.71]`.
@@ -151,7 +151,7 @@ def test_the_headline_the_plot_and_a_claim_read_one_exponent(shape):
     """One line, one fit (harness.analysis.fits.fit_cost): the run's headline, the report's legend (fitted by the
     plot itself) and a claim's figure give the same exponent with the same interval."""
     from reports.plots import metric_figure, resolve_plot_spec
-    from reports.terminal import fit_text
+    from reports.sentences import fit_text
     ns = [256, 512, 1024, 2048, 4096, 8192]
     noise = np.random.default_rng(7).normal(1.0, 0.01, len(ns))
     cost = (lambda n: 1.0 + 2e-4 * n) if shape == "affine" else (lambda n: 4.5 + 2e-6 * n * n)

@@ -10,11 +10,11 @@ from architectures.inputs import hidden_inputs
 from architectures.layers.attention import (
     Attention,
     ExactCore,
-    StaticKVCache,
     causal_mask,
     eager_attention,
     sdpa_attention,
 )
+from architectures.layers.kv_cache import StaticKVCache
 from architectures.single_layer import from_torch
 from harness.contract import registry
 from harness.contract.spec import Workload

@@ -11,6 +11,7 @@ import pytest
 from claims.catalog import load_catalog
 from claims.estimate import estimate, load_timings, minutes, pieces_of
 from claims.evidence import Context
+from claims.experiment_store import ExperimentStore
 from claims.reads import READS, Reads, load_reads, parse, reads_of
 from harness.contract.errors import BenchInputError
 from harness.contract.spec import WORKLOAD_KEYS
@@ -150,7 +151,8 @@ def test_a_stored_experiment_costs_nothing_in_the_estimate(tmp_path, monkeypatch
     table = {"probe ssm_recall": 1.0, "experiment recall": 300.0, "experiment ssm_lm": 200.0}
     _, total, _ = estimate([by_id["C41"]], ctx, table=table)
     assert total == 501.0
-    store.add_experiment("recall", True, [0], fingerprint(threads=1), {"code_hash": evidence.experiments_code_hash()})
+    ExperimentStore(store).add("recall", True, [0], fingerprint(threads=1),
+                               {"code_hash": evidence.experiments_code_hash()})
     per, total, _ = estimate([by_id["C41"]], ctx, table=table)
     assert total == 201.0 and [p.source for p in per["C41"]] == ["table", "stored", "table"]
 

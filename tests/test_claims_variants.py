@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from architectures.layers.attention import StaticKVCache, StaticKVState
+from architectures.layers.kv_cache import StaticKVCache, StaticKVState
 from architectures.transformer import Decoder, DecoderConfig
 from architectures.transformer_cost import decoder_params
 from claims.catalog import load_catalog

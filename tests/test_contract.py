@@ -15,7 +15,7 @@ from harness.contract.suite import load_suite
 
 ROOT = Path(__file__).resolve().parent.parent
 TORCH_FREE = ("harness.contract.spec", "harness.contract.records", "harness.contract.errors", "harness.contract.registry", "harness.contract.suite",
-              "harness.analysis.stats", "harness.engine.overhead", "reports.frames", "reports.findings", "reports.check.report",
+              "harness.analysis.stats", "harness.analysis.ratios", "harness.engine.overhead", "reports.frames", "reports.findings", "reports.check.report",
               "reports.check.render", "reports.export", "reports.terminal", "reports.html", "harness.tools.pytest_plugin")
 
 

@@ -10,7 +10,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from architectures.efficient_attention import LongEncoder, LongEncoderConfig, cost, make_attention, token_inputs
-from architectures.layers.attention import Attention, StaticKVCache, eager_attention
+from architectures.layers.attention import Attention, eager_attention
+from architectures.layers.kv_cache import StaticKVCache
 from architectures.layers.efficient import (
     BigBirdCore,
     LinformerCore,

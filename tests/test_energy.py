@@ -121,7 +121,7 @@ def test_metrics_per_sample_and_per_token():
 
 def test_missing_counter_is_absent_with_its_reason(tmp_path, monkeypatch):
     monkeypatch.delenv("BENCH_FAKE_ENERGY", raising=False)
-    monkeypatch.setattr(energy, "RAPL_ROOT", tmp_path / "powercap")
+    monkeypatch.setattr(energy.meters, "RAPL_ROOT", tmp_path / "powercap")
     got = find_meter("cpu")
     assert isinstance(got, Absent) and got.reason.startswith(NO_COUNTER)
     assert isinstance(find_meter("mps"), Absent)
@@ -141,7 +141,7 @@ def test_rapl_reads_package_zones_and_wraps(tmp_path, monkeypatch):
     root = tmp_path / "powercap"
     pkg = _zone(root, "intel-rapl:0", 262_000_000, 262_143_328_850, "package-0")
     _zone(root, "intel-rapl:0:0", 5, 262_143_328_850, "core")          # a sub-zone: counted in the package
-    monkeypatch.setattr(energy, "RAPL_ROOT", root)
+    monkeypatch.setattr(energy.meters, "RAPL_ROOT", root)
     m = find_meter("cpu")
     assert isinstance(m, RaplMeter) and m.name == "rapl:package-0" and m.power_w() is None
     before = m.read()
@@ -215,7 +215,7 @@ def test_run_without_a_counter_says_why_and_stores_no_energy(tmp_path, monkeypat
     from harness.store.db import Store
     from tests.helpers import run_tiny
     monkeypatch.delenv("BENCH_FAKE_ENERGY", raising=False)
-    monkeypatch.setattr(energy, "RAPL_ROOT", tmp_path / "no-powercap")
+    monkeypatch.setattr(energy.meters, "RAPL_ROOT", tmp_path / "no-powercap")
     _, url, res = run_tiny(tmp_path, "--no-calibrate", "--no-report", "--energy", text=ONE_CASE)
     assert res.exit_code == 0, res.stderr
     store = Store(url, create=False)
@@ -228,7 +228,7 @@ def test_run_without_a_counter_says_why_and_stores_no_energy(tmp_path, monkeypat
 def test_require_energy_without_a_counter_exits_2_before_anything_runs(tmp_path, monkeypatch):
     from tests.helpers import run_tiny
     monkeypatch.delenv("BENCH_FAKE_ENERGY", raising=False)
-    monkeypatch.setattr(energy, "RAPL_ROOT", tmp_path / "no-powercap")
+    monkeypatch.setattr(energy.meters, "RAPL_ROOT", tmp_path / "no-powercap")
     _, _, res = run_tiny(tmp_path, "--no-calibrate", "--no-report", "--require-energy", text=ONE_CASE)
     assert res.exit_code == 2
     lines = res.stderr.strip().splitlines()
@@ -248,7 +248,7 @@ def test_rapl_sums_the_packages_reports_dram_apart_and_never_adds_psys(tmp_path,
              "package-1": _zone(root, "intel-rapl:1", 1_000_000, wrap, "package-1"),
              "dram-1": _zone(root, "intel-rapl:1:0", 1_000_000, wrap, "dram"),
              "psys": _zone(root, "intel-rapl:2", 1_000_000, wrap, "psys")}
-    monkeypatch.setattr(energy, "RAPL_ROOT", root)
+    monkeypatch.setattr(energy.meters, "RAPL_ROOT", root)
     assert [z.name for z in energy.rapl_zones()] == ["intel-rapl:0", "intel-rapl:1"]
     assert [z.name for z in energy.rapl_dram_zones()] == ["intel-rapl:0:1", "intel-rapl:1:0"]
     meter = find_meter("cpu")
@@ -276,6 +276,6 @@ def test_a_machine_with_psys_only_has_no_package_counter(tmp_path, monkeypatch):
     monkeypatch.delenv("BENCH_FAKE_ENERGY", raising=False)
     root = tmp_path / "powercap"
     _zone(root, "intel-rapl:0", 5, 262_143_328_850, "psys")
-    monkeypatch.setattr(energy, "RAPL_ROOT", root)
+    monkeypatch.setattr(energy.meters, "RAPL_ROOT", root)
     got = find_meter("cpu")
     assert isinstance(got, Absent) and "package" in got.reason

@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from architectures.layers.attention import StaticKVCache, static_kv_bytes
+from architectures.layers.kv_cache import StaticKVCache, static_kv_bytes
 from architectures.ssm import PRESETS as SSM_PRESETS, SSMLM
 from architectures.transformer import Decoder, DecoderConfig
 

@@ -15,7 +15,8 @@ from harness.executors.base import MAX_GROUP, interleave_groups
 from harness.executors.inline import InlineExecutor
 from harness.engine.runner import RunOptions
 from harness.contract.spec import Case, Workload
-from harness.analysis.stats import paired_ratio, round_medians, round_summary, summarize_rounds
+from harness.analysis.ratios import paired_ratio
+from harness.analysis.stats import round_medians, round_summary, summarize_rounds
 from harness.instruments.timing import TimingConfig, consecutive_rounds, measure_cpu, measure_interleaved
 
 def _spin(seconds: float) -> None:

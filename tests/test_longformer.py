@@ -13,7 +13,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from architectures.efficient_attention import LongEncoderConfig, cost, make_attention
-from architectures.layers.attention import Attention, StaticKVCache, eager_attention
+from architectures.layers.attention import Attention, eager_attention
+from architectures.layers.kv_cache import StaticKVCache
 from architectures.layers.efficient import LongformerCore, SlidingWindowCore, approximation_error
 from harness.instruments.fake import build_fake, new_fake_mode
 from harness.instruments.flops import count_model

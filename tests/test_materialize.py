@@ -8,7 +8,7 @@ import torch
 from harness.contract import registry
 from harness.contract.spec import Workload
 from harness.engine.models import fake_case, materialize, real_case
-from harness.engine.training import Checkpointed
+from harness.engine.checkpointing import Checkpointed
 from harness.instruments.fake import new_fake_mode
 from harness.engine.flop_table import build_real
 from harness.instruments.flops import count_params

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.analysis.process_stats import occasion_ratio
+from harness.analysis.ratios import occasion_ratio
 from harness.contract.errors import BenchInputError
 from reports.check.baseline import append_occasions, parse_baseline
 from reports.check.timing import ALPHA, occasion_timing_verdict, process_timing_verdict, timing_verdict

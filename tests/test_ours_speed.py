@@ -16,7 +16,7 @@ import torchvision
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from architectures import swin, vit
-from harness.analysis.stats import paired_ratio
+from harness.analysis.ratios import paired_ratio
 from harness.instruments.timing import TimingConfig, measure_interleaved
 
 PARITY = 1.10

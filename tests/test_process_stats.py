@@ -9,7 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from harness.analysis.process_stats import paired_process_ratio, process_groups, process_ratio, process_summary
+from harness.analysis.process_stats import process_groups, process_summary
+from harness.analysis.ratios import paired_process_ratio, process_ratio
 from harness.contract.records import CaseRecord, RunRecord
 from harness.engine.replicate import merge_processes, per_process_timing, timing_metrics
 from harness.analysis.stats import summarize

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis.process_stats import group_halfwidth, paired_process_ratio, process_groups
+from harness.analysis.process_stats import group_halfwidth, process_groups
+from harness.analysis.ratios import paired_process_ratio
 from harness.contract.records import CaseRecord
 from harness.contract.spec import Case, Workload
 from harness.engine.replicate import imprecise

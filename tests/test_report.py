@@ -28,7 +28,7 @@ from reports.findings import run_findings
 from reports.html import render_report, write_report
 from reports.labels import case_labels
 from reports.plots import PlotSpec, figure_svg, metric_figure, resolve_plot_spec
-from reports.terminal import fit_text, headline_lines
+from reports.sentences import fit_text, headline_lines
 from tests.helpers import run_tiny, store_slower_copy
 
 XSS = "<script>alert(1)</script>"

@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from harness.contract.secrets import MASK, hide_passwords, hide_passwords_in
-from harness.store import db
+from harness.store import db, retry, schema
 from tests.helpers import TINY_SUITE, invoke
 
 pytest_plugins = ["tests.postgres"]     # fixtures: postgres, postgres_url
@@ -48,7 +48,7 @@ COMMANDS = (["runs"], ["show", "latest"], ["export", "latest", "--format", "json
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c))
 def test_a_store_that_cannot_be_reached_is_named_without_its_password(command, tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(db, "RETRY_FOR_S", 0.1)        # a refused connection is retried (a restarting server)
+    monkeypatch.setattr(retry, "RETRY_FOR_S", 0.1)        # a refused connection is retried (a restarting server)
     (tmp_path / "b.json").write_text("{}")
     suite = str(_suite(tmp_path))
     result = invoke(*[suite if word == "SUITE" else word for word in command], "--store", NOWHERE)
@@ -131,7 +131,7 @@ def test_an_older_store_that_kept_a_password_in_a_runs_argv_is_cleaned_when_upgr
     store = db.Store(url)
     run = store.create_run("s", "s.toml", True, 0, {}, {})
     with store.engine.begin() as conn:          # as an older bench wrote it: the raw argv, schema 5
-        conn.execute(db.runs.update().values(options={"argv": ["runs", "--store", NOWHERE]}))
+        conn.execute(schema.runs.update().values(options={"argv": ["runs", "--store", NOWHERE]}))
         conn.execute(sa.text("ALTER TABLE runs DROP COLUMN invocation"))
         conn.execute(sa.text("UPDATE bench_meta SET value = '5' WHERE key = 'schema_version'"))
     old = db.Store(url, create=False)

@@ -22,7 +22,7 @@ from harness.store.db import Store
 from reports.side_by_side import (compares_models, figure_cell, flat_vs_reference, ratio_cell, reference_line,
                                   side_by_side, vs_reference)
 from reports.findings import findings
-from reports.terminal import contrast_text, headline_contrasts
+from reports.sentences import contrast_text, headline_contrasts
 from tests.helpers import invoke, invoke_fresh
 
 MiB = 1024 * 1024

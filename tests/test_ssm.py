@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 import torch
 
-import architectures.layers.ssm as ssm_layers
-from architectures.layers.ssm import CHUNK, selective_scan, scan_reference
+import architectures.layers.scan as scan_op
+from architectures.layers.scan import CHUNK, scan_reference, selective_scan
 from architectures.ssm import PRESETS, SSMConfig, SSMDecodeStep, SSMLM, state_shapes
 from harness.contract import registry
 from harness.instruments.fake import build_fake, new_fake_mode
@@ -65,8 +65,8 @@ def _assert_scan_matches_the_loop(inputs, extra=(), tol=1e-10):
 @pytest.mark.parametrize("selective", [True, False])
 def test_short_chunks_carry_the_state(monkeypatch, selective):
     """Chunks of 3 positions (the chunk length shrinks as B·D·N grows) give the loop's values and gradients."""
-    monkeypatch.setattr(ssm_layers, "CHUNK_ELEMS", 3 * 2 * 3 * 4)
-    assert ssm_layers._chunk_len(2, 3, 4) == 3
+    monkeypatch.setattr(scan_op, "CHUNK_ELEMS", 3 * 2 * 3 * 4)
+    assert scan_op._chunk_len(2, 3, 4) == 3
     _assert_scan_matches_the_loop(_scan_inputs(2, 11, 3, 4, selective, True, seed=5))
 
 
@@ -76,7 +76,7 @@ def test_time_invariant_delta_takes_the_broadcast_decay_and_stays_exact(selectiv
     x, delta, A, B, C, h0 = _scan_inputs(2, 70, 3, 4, selective, True, seed=9)
     dt = (torch.rand(3, dtype=torch.float64) * 0.5).requires_grad_()
     lti = dt.expand(2, 70, 3)
-    from architectures.layers.ssm import _Scan
+    from architectures.layers.scan import _Scan
     assert _Scan(x, lti, A, B, C).lti and not _Scan(x, delta, A, B, C).lti
     _assert_scan_matches_the_loop([x, lti, A, B, C, h0], extra=[dt])
     _assert_scan_matches_the_loop([x, lti.contiguous(), A, B, C, None], extra=[dt])

@@ -2,6 +2,7 @@
 (read-only, and upgraded in place when opened for writing)."""
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
 from dataclasses import replace
@@ -15,11 +16,20 @@ from harness.contract.records import SCHEMA_VERSION, CaseRecord, RunRecord, Suit
 from harness.store.db import Store
 
 SCHEMA1 = Path(__file__).parent / "data" / "schema1-h100-fp32.sqlite"
+SCHEMA6 = Path(__file__).parent / "data" / "store-schema6.sql"
 
 
 def _copy(tmp_path: Path, name: str = "old.sqlite") -> Path:
     path = tmp_path / name
     shutil.copy(SCHEMA1, path)
+    return path
+
+
+def _schema6(tmp_path: Path, name: str = "six.sqlite") -> Path:
+    """A store at schema 6 as the store wrote it while it still held the claims' experiments table."""
+    path = tmp_path / name
+    with sqlite3.connect(path) as c:
+        c.executescript(SCHEMA6.read_text())
     return path
 
 
@@ -106,3 +116,31 @@ def test_migrations_are_numbered_in_order_and_lift_rows():
     lifted = upgrade_row("runs", row, 1)
     assert lifted["suite_text"] is None and lifted["suite_spec"] is None
     assert upgrade_row("runs", lifted, SCHEMA_VERSION) == lifted
+
+
+def test_a_schema6_store_with_a_lease_and_experiments_opens_to_read_and_to_write(tmp_path):
+    path = _schema6(tmp_path)
+    url = f"sqlite:///{path}"
+    reader = Store(url, create=False)
+    assert reader.version == 6
+    (run,) = reader.list_runs()
+    assert (run.suite, run.status, run.n_cases, run.stored) == ("tiny", "done", 2, 2)
+    assert run.invocation == {"command": "run", "argv": ["run", "tiny"]} and run.spec.sweep == {"seq_len": [8, 16]}
+    records = reader.records(run.id)
+    assert [r.case_key for r in records] == ["k8", "k16"] and records[1].metric("median_ms") == 3.0
+    assert records[0].group == "g" and records[0].rounds == (1, 1) and records[0].sdpa_backend == "math"
+    lease = reader.lease(run.id)
+    assert lease is not None and not lease.live()                   # the driver that wrote it is gone
+
+    store = Store(url)                                              # opened to write
+    assert store.version == SCHEMA_VERSION and store.list_runs() == [run] and store.records(run.id) == records
+    store.claim_run(run.id)                                         # the stale lease is taken over
+    assert store.lease(run.id).pid == os.getpid()
+    store.release_run(run.id)
+    assert store.lease(run.id) is None
+    new = store.create_run("s", "s.toml", True, 1, {}, {}, lease=True)
+    assert store.add_record(new, replace(records[0], run_id="", finished_at=""))
+    assert [r.id for r in store.list_runs()] == [new, run.id] and store.lease(new).pid == os.getpid()
+    store.release_run(new)
+    with sqlite3.connect(path) as c:                                # the claims' table and its row are kept
+        assert c.execute("select name from experiments").fetchall() == [("mnist1d",)]

@@ -1,5 +1,5 @@
 """The results store's behaviour on both backends it supports for real: a SQLite file and a PostgreSQL database
-(a throwaway server, tests/postgres.py). Runs, records, experiments, run ids, schema upgrades, run leases, and
+(a throwaway server, tests/postgres.py). Runs, records, a client's own table, run ids, schema upgrades, run leases, and
 what keeps concurrent writers safe (SQLite's WAL and busy timeout; retries of transient failures)."""
 from __future__ import annotations
 
@@ -17,10 +17,15 @@ import pytest
 import sqlalchemy as sa
 
 import harness.store.db as store_mod
+import harness.store.leases as leases_mod
+import harness.store.retry as retry_mod
 from harness.contract.errors import BenchInputError
 from harness.store.migrations import MIGRATIONS
 from harness.contract.records import SCHEMA_VERSION, CaseRecord
-from harness.store.db import LEASE_TTL_S, RunBusyError, Store, new_run_id, retrying, run_leases, transient
+from harness.store.db import RunBusyError, Store, new_run_id
+from harness.store.leases import LEASE_TTL_S
+from harness.store.retry import retrying, transient
+from harness.store.schema import run_leases
 from tests.test_store import _copy
 
 pytest_plugins = ["tests.postgres"]     # fixtures: postgres, postgres_url, store_url_of
@@ -37,10 +42,10 @@ def _run(store: Store, suite: str = "s", quick: bool = True, **kw) -> str:
                             {"peak": {}}, **kw)
 
 
-def test_runs_records_and_experiments_round_trip(store_url_of):
+def test_runs_records_and_a_clients_table_round_trip(store_url_of):
     store = Store(store_url_of)
     assert store.version == SCHEMA_VERSION
-    assert {"runs", "cases", "experiments", "bench_meta", "run_leases"} <= set(sa.inspect(store.engine).get_table_names())
+    assert set(sa.inspect(store.engine).get_table_names()) == {"runs", "cases", "bench_meta", "run_leases"}
     a = _run(store)
     b = _run(store, suite="other", quick=False)
     assert {r.id for r in store.list_runs()} == {a, b} and [r.id for r in store.list_runs("other")] == [b]
@@ -67,13 +72,16 @@ def test_runs_records_and_experiments_round_trip(store_url_of):
     assert (store.get_run(a).status, store.get_run(a).n_cases) == ("running", 5)
     assert store.resumable("s", True).id == a and store.resumable("s", False) is None
 
-    store.add_experiment("exp", True, [0, 1], {"hard": {"cpu": "x"}}, {"loss": [1.0, 0.5]})
-    assert store.find_experiment("exp", True, [0, 1], {"cpu": "x"})["result"] == {"loss": [1.0, 0.5]}
-    assert store.find_experiment("exp", True, [0], {"cpu": "x"}) is None
-    assert store.find_experiment("exp", True, [0, 1], {"cpu": "y"}) is None
-
+    notes = sa.Table("notes", sa.MetaData(), sa.Column("id", sa.Integer, primary_key=True),
+                     sa.Column("text", sa.JSON, nullable=False))
     reader = Store(store_url_of, create=False)                      # read-only handle on the same store
     assert reader.version == SCHEMA_VERSION and len(reader.records(a)) == 2
+    assert not reader.add_table(notes)                              # a reader makes no table
+    assert store.add_table(notes) and store.add_table(notes)        # a writer makes it once
+    store.insert(notes, {"text": {"a": [1, 2]}})
+    assert reader.add_table(notes) and reader.select(sa.select(notes.c.text)) == [{"text": {"a": [1, 2]}}]
+    with pytest.raises(ValueError, match="store's own"):
+        store.add_table(run_leases)
 
 
 def test_run_ids_are_sortable_with_32_random_bits():
@@ -165,7 +173,7 @@ def test_a_live_drivers_lease_refuses_and_a_gone_ones_is_taken_over(store_url_of
 
 
 def test_held_leases_are_renewed_until_released(store_url_of, monkeypatch):
-    monkeypatch.setattr(store_mod, "LEASE_HEARTBEAT_S", 0.05)
+    monkeypatch.setattr(leases_mod, "LEASE_HEARTBEAT_S", 0.05)
     store = Store(store_url_of)
     run = _run(store, lease=True)
     first = store.lease(run).heartbeat
@@ -173,14 +181,14 @@ def test_held_leases_are_renewed_until_released(store_url_of, monkeypatch):
     while store.lease(run).heartbeat == first:
         assert time.monotonic() < deadline, "the lease was never renewed"
         time.sleep(0.05)
-    thread = store._heartbeat
+    thread = store.leases.thread
     store.release_run(run)
     thread.join(5)
     assert not thread.is_alive() and store.lease(run) is None
 
 
 def test_transient_failures_are_retried_and_others_are_not(monkeypatch):
-    monkeypatch.setattr(store_mod.time, "sleep", lambda s: None)
+    monkeypatch.setattr(retry_mod.time, "sleep", lambda s: None)
     locked = sa.exc.OperationalError("INSERT", {}, sqlite3.OperationalError("database is locked"))
     other = sa.exc.OperationalError("INSERT", {}, sqlite3.OperationalError("no such table: cases"))
     duplicate = sa.exc.IntegrityError("INSERT", {}, sqlite3.IntegrityError("UNIQUE constraint failed"))

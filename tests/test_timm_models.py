@@ -1,6 +1,6 @@
 """The ``timm:`` namespace, timm's published table, and Swin V2 / MViT v2 against their published figures.
 
-Two MAC conventions meet here (harness/instruments/flops.py docstring, harness/engine/flop_table.py):
+Two MAC conventions meet here (harness/instruments/flops/formulas.py docstring, harness/engine/flop_table.py):
 
 * **ours** (torchvision's ``_ops``): matmul-like work only — convs, linears, attention's QKᵀ and AV; norms,
   softmax, pooling and other elementwise ops count 0. Counted on fake tensors.

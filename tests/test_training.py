@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from harness.contract import registry
-from harness.engine import training
+from harness.engine import checkpointing, peaks, training
 from harness.engine.compiled import compile_model, warm_up_compiled
 from harness.contract.errors import BenchInputError
 from harness.instruments.flops import count_flops
@@ -171,7 +171,7 @@ def test_block_checkpointing_saves_activations_and_counts_its_recomputation():
     w = dataclasses.replace(TRAIN, seq_len=32)
     plain = train_step("decoder-tiny", w, n_layers=4)
     ckpt = train_step("decoder-tiny", dataclasses.replace(w, checkpointing="block"), n_layers=4)
-    assert sum(isinstance(m, training.Checkpointed) for m in ckpt.model.modules()) == 4
+    assert sum(isinstance(m, checkpointing.Checkpointed) for m in ckpt.model.modules()) == 4
     saved_plain = training.measure_memory(plain, 0, CPU)["activation_bytes"]
     saved_ckpt = training.measure_memory(ckpt, 0, CPU)["activation_bytes"]
     assert saved_ckpt < 0.6 * saved_plain
@@ -184,7 +184,7 @@ def test_block_checkpointing_saves_activations_and_counts_its_recomputation():
 
 def test_checkpointing_a_model_without_blocks_is_refused():
     with pytest.raises(BenchInputError, match="blocks"):
-        training.apply_checkpointing(nn.Sequential(nn.Linear(2, 2)), "block")
+        checkpointing.apply_checkpointing(nn.Sequential(nn.Linear(2, 2)), "block")
 
 
 # -- FLOPs of the step -----------------------------------------------------------------------------------------
@@ -216,24 +216,24 @@ def test_counted_step_flops_of_a_linear_stack_are_three_forwards_less_the_first_
     ("NVIDIA A100-SXM4-80GB", "NVIDIA A100"), ("NVIDIA A100-PCIE-40GB", "NVIDIA A100"),
     ("NVIDIA H100 PCIe", None), ("NVIDIA H100 NVL", None), ("NVIDIA GeForce RTX 4090", None), ("cpu", None)])
 def test_device_names_match_their_row_of_dense_peaks(name, label):
-    row = training.device_peak(name)
+    row = peaks.device_peak(name)
     assert (row.label if row else None) == label
 
 
 def test_dense_peaks_are_the_published_dense_figures_never_the_sparse_ones():
-    h100 = training.device_peak("NVIDIA H100 80GB HBM3")
+    h100 = peaks.device_peak("NVIDIA H100 80GB HBM3")
     assert (h100.bf16, h100.tf32, h100.fp32) == (989.4e12, 494.7e12, 66.9e12)
-    a100 = training.device_peak("NVIDIA A100-SXM4-40GB")
+    a100 = peaks.device_peak("NVIDIA A100-SXM4-40GB")
     assert (a100.bf16, a100.tf32, a100.fp32) == (312e12, 156e12, 19.5e12)
 
 
 def test_mfu_divides_model_flops_per_second_by_the_peak_of_the_step_precision():
     w = Workload(batch_size=4, seq_len=128, mode="train_step", device="cuda", amp="bf16")
-    out, why = training.rates(w, 0.5, model_flops=1e14, flops=1.2e14, name="NVIDIA H100 80GB HBM3")
+    out, why = peaks.rates(w, 0.5, model_flops=1e14, flops=1.2e14, name="NVIDIA H100 80GB HBM3")
     assert why == "" and out["published_peak_flops_per_s"] == 989.4e12
     assert out["mfu"] == pytest.approx(2e14 / 989.4e12) and out["hfu"] == pytest.approx(2.4e14 / 989.4e12)
     assert out["tokens_per_s"] == 4 * 128 / 0.5
-    cpu, why = training.rates(TRAIN, 0.5, 1e9, 1e9, "cpu")
+    cpu, why = peaks.rates(TRAIN, 0.5, 1e9, 1e9, "cpu")
     assert "mfu" not in cpu and why == "MFU: no published peak for this device (cpu)"
 
 

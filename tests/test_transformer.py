@@ -10,7 +10,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from architectures.layers.attention import StaticKVCache
+from architectures.layers.kv_cache import StaticKVCache
 from architectures.layers.positions import POSITION_KINDS, SinusoidalPositions, alibi_slopes, make_positions
 from architectures.transformer import (PRESETS, Decoder, counterfactual, DecoderConfig, Encoder, EncoderConfig, EncoderDecoder,
                                        EncoderDecoderConfig, seq2seq_inputs, token_inputs)

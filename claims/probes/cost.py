@@ -32,7 +32,7 @@ from harness.contract.registry import resolve
 from harness.engine.runner import fake_pass
 from harness.contract.spec import Workload
 from harness.analysis.fits import fit_loglog
-from harness.analysis.stats import paired_ratio
+from harness.analysis.ratios import paired_ratio
 
 
 CPU = torch.device("cpu")

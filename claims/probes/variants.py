@@ -21,7 +21,7 @@ from harness.instruments.memory import LiveTensorTracker
 from harness.contract.records import CaseRecord
 from harness.contract.registry import resolve
 from harness.analysis.fits import fit_loglog
-from harness.analysis.stats import paired_ratio
+from harness.analysis.ratios import paired_ratio
 from harness.instruments.timing import TimingConfig, TimingResult, measure_interleaved
 
 

@@ -12,11 +12,11 @@ because only that level's spread is what a rerun sees:
 level           statistic (log scale; ``se`` its standard error, ``df`` its degrees of freedom)            units
 ==============  =========================================================================================  ====
 ``occasions``   A measured on K ≥ 2 occasions, B one more (unless paired): the prediction for a new          K, 1
-                occasion (:func:`~harness.analysis.process_stats.occasion_ratio`), ``df = K − 1``
+                occasion (:func:`~harness.analysis.ratios.occasion_ratio`), ``df = K − 1``
 ``processes``   two processes or more a side: geometric means of the per-process medians, a two-level      P, P
                 bootstrap ``se``; paired (process k of each side timed alternately):
-                per pair (:func:`~harness.analysis.process_stats.paired_process_ratio`, ``df = P − 1``),
-                else Welch (:func:`~harness.analysis.process_stats.process_ratio`)
+                per pair (:func:`~harness.analysis.ratios.paired_process_ratio`, ``df = P − 1``),
+                else Welch (:func:`~harness.analysis.ratios.process_ratio`)
 ``rounds``      two rounds or more a side: per round its median; paired (the same rounds): the mean of      R, R
                 the per-round log ratios (``df = R − 1``), else Welch over the two sides' round medians
 ``one process`` the medians of the raw samples, a seeded bootstrap ``se`` (the interval covers one          n, n
@@ -34,7 +34,7 @@ level           statistic (log scale; ``se`` its standard error, ``df`` its degr
 - ``inconclusive``: everything else — the interval reaches past the floor and no change beyond it is shown.
 
 **What it could see** (``mde``, the minimum detectable effect): the slowdown this comparison calls ``regressed``
-with probability :data:`~harness.analysis.process_stats.POWER` (80 %): the estimate must clear both the floor and
+with probability :data:`~harness.analysis.ratios.POWER` (80 %): the estimate must clear both the floor and
 the significance threshold, so ``mde = exp(max(log(1+floor), t(1 − alpha/2) · se) + t(POWER) · se) − 1``; never
 below the floor. An inconclusive verdict reads "no regression seen (could see ≥ mde)".
 """
@@ -46,9 +46,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from harness.analysis.process_stats import (N_BOOT, POWER, occasion_ratio, paired_process_ratio, process_groups,
-                                            process_ratio, process_summary)
-from harness.analysis.stats import _t_ppf, paired_ratio, round_medians
+from harness.analysis.process_stats import N_BOOT, process_groups, process_summary
+from harness.analysis.ratios import POWER, occasion_ratio, paired_process_ratio, paired_ratio, process_ratio
+from harness.analysis.stats import _t_ppf, round_medians
 from harness.contract.records import CaseRecord
 
 FLOOR = 0.05
@@ -188,7 +188,7 @@ def judge(ratio: float, ci_low: float, ci_high: float, significant: bool, floor:
 
 
 def mde(se_log: float, df: float, floor: float = FLOOR, alpha: float = ALPHA) -> float:
-    """The slowdown called ``regressed`` with probability :data:`~harness.analysis.process_stats.POWER`, given a
+    """The slowdown called ``regressed`` with probability :data:`~harness.analysis.ratios.POWER`, given a
     log ratio's standard error ``se_log`` on ``df`` degrees of freedom (see the module docstring)."""
     if not math.isfinite(se_log):
         return math.inf
@@ -297,7 +297,7 @@ def compare_timings(a: Timing, b: Timing, *, paired: bool = False, floor: float 
 def compare_occasions(a_occasions_ms: Sequence[Sequence[float]], b_ms: Sequence[float], *, floor: float = FLOOR,
                       alpha: float = ALPHA, confidence: float = CONFIDENCE) -> Comparison:
     """B (one occasion: its per-process medians, ms) over A measured on two occasions or more (per occasion its
-    per-process medians, ms): :func:`harness.analysis.process_stats.occasion_ratio`, level ``occasions``."""
+    per-process medians, ms): :func:`harness.analysis.ratios.occasion_ratio`, level ``occasions``."""
     r = occasion_ratio(a_occasions_ms, b_ms, alpha=alpha, confidence=confidence)
     a_ms = float(np.exp(np.mean([np.mean(np.log(o)) for o in a_occasions_ms if len(o)])))
     n_a = float(np.mean([len(o) for o in a_occasions_ms if len(o)]))

@@ -1,5 +1,6 @@
-"""Summary statistics for timing samples: robust summaries and rounds (the comparison of two timings is
-:mod:`harness.analysis.comparison`; the fits of cost against size are :mod:`harness.analysis.fits`).
+"""Summary statistics for timing samples: robust summaries and rounds (a ratio of two timings is
+:mod:`harness.analysis.ratios`, their comparison :mod:`harness.analysis.comparison`; the fits of cost against size
+are :mod:`harness.analysis.fits`).
 
 Inputs are raw per-call times in seconds; summaries are reported in milliseconds.
 Pure Python + numpy + scipy, no torch. A bench worker summarizes every case it times (:func:`summarize_rounds`)
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 from scipy.special import _ufuncs, stdtrit
@@ -104,7 +104,7 @@ def t_halfwidth(values: np.ndarray, confidence: float = 0.95) -> np.ndarray:
     return _t_ppf(0.5 + confidence / 2.0, n - 1) * values.std(axis=-1, ddof=1) / math.sqrt(n)
 
 
-def _t_interval_log(values: Sequence[float], confidence: float) -> tuple[float, float, float]:
+def t_interval_log(values: Sequence[float], confidence: float) -> tuple[float, float, float]:
     """Geometric mean of positive ``values`` with a Student-t interval on their logs: (centre, lo, hi)."""
     logs = np.log(np.asarray(values, dtype=np.float64))
     m = float(logs.mean())
@@ -123,7 +123,7 @@ def round_summary(samples_s: Sequence[float], rounds: Sequence[int], confidence:
     if len(meds) < 2:
         return {}
     arr = np.asarray(meds) * 1e3
-    _, lo, hi = _t_interval_log(arr, confidence)
+    _, lo, hi = t_interval_log(arr, confidence)
     return {"n_rounds": float(len(meds)), "round_cv": float(arr.std(ddof=1) / arr.mean()),
             "round_ci_low_ms": lo, "round_ci_high_ms": hi}
 
@@ -138,30 +138,3 @@ def summarize_rounds(samples_s: Sequence[float], rounds: Sequence[int] = ()) -> 
         out["ci_low_ms"] = min(out["ci_low_ms"], out["round_ci_low_ms"])
         out["ci_high_ms"] = max(out["ci_high_ms"], out["round_ci_high_ms"])
     return out
-
-
-@dataclass(frozen=True)
-class PairedRatio:
-    """A over B from timings taken in the same rounds: per round the ratio of the round medians, then their
-    geometric mean with a Student-t interval over rounds (so drift shared by both sides cancels, and drift
-    that is not shows up as spread)."""
-
-    ratio: float
-    ci_low: float
-    ci_high: float
-    n_rounds: int
-    per_round: tuple[float, ...]
-
-
-def paired_ratio(a_samples: Sequence[float], a_rounds: Sequence[int], b_samples: Sequence[float],
-                 b_rounds: Sequence[int], confidence: float = 0.95) -> PairedRatio:
-    """median(A)/median(B), round by round (rounds aligned by index: round i of A and of B ran side by side).
-    Needs at least two common rounds; raises ValueError otherwise."""
-    ra, rb = round_medians(a_samples, a_rounds), round_medians(b_samples, b_rounds)
-    if len(a_rounds) != len(b_rounds):
-        raise ValueError(f"A has {len(a_rounds)} rounds, B has {len(b_rounds)}: not measured side by side")
-    per = [x / y for x, y in zip(ra, rb) if x > 0 and y > 0]
-    if len(per) < 2:
-        raise ValueError("a paired ratio needs at least two rounds with positive times on both sides")
-    centre, lo, hi = _t_interval_log(per, confidence)
-    return PairedRatio(centre, lo, hi, len(per), tuple(per))

@@ -50,7 +50,7 @@ class CaseRecord:
     finished_at: str = ""
     rounds: tuple[int, ...] = ()            # samples per timing round, consecutive in samples_s (() before schema 3)
     group: str = ""                         # cases of one run with the same group were timed interleaved, round i
-                                            # of each side by side (harness.analysis.stats.paired_ratio); "" = timed alone
+                                            # of each side by side (harness.analysis.ratios.paired_ratio); "" = timed alone
     sdpa_backend: str = ""                  # the SDPA kernel(s) a real call ran (harness.instruments.kernels.probe), e.g.
                                             # "flash", "efficient+math"; "" = no SDPA call (schema 4)
 

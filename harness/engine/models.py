@@ -19,7 +19,7 @@ from harness.instruments.fake import build_fake, new_fake_mode
 from harness.contract.spec import ArchSpec, Case, Workload
 from harness.engine.steps import cast_inputs
 from harness.instruments.torch_types import torch_dtype
-from harness.engine.training import apply_checkpointing
+from harness.engine.checkpointing import apply_checkpointing
 
 
 def release() -> None:
@@ -120,7 +120,7 @@ def materialize(spec: ArchSpec, w: Workload, device: torch.device, fake: FakeTen
     """``spec``'s model for workload ``w`` on ``device``: the one way a model is built, whatever it is for.
 
     In one order: the architecture's module (``spec.build``), ``w``'s activation checkpointing wrapped around its
-    blocks (:func:`harness.engine.training.apply_checkpointing`, from outside the model), ``w``'s dtype, then
+    blocks (:func:`harness.engine.checkpointing.apply_checkpointing`, from outside the model), ``w``'s dtype, then
     ``device``. Real (``fake`` None): seeded, weights drawn cheaply (:func:`cheap_init`) — what is timed, and what
     a FLOP table counts on the CPU. Fake (a mode from :func:`harness.instruments.fake.new_fake_mode`, not entered):
     built on meta and placed as fake tensors on ``device`` (:func:`harness.instruments.fake.build_fake`) — what
@@ -154,7 +154,7 @@ def real_case(spec: ArchSpec, w: Workload, device: torch.device) -> tuple[nn.Mod
 # -- model reuse ------------------------------------------------------------------------------------------
 def model_key(case: Case) -> tuple:
     """Cases with the same key can share one built model: same architecture, overrides and device (and
-    activation checkpointing, which wraps the model's blocks: harness.engine.training)."""
+    activation checkpointing, which wraps the model's blocks: harness.engine.checkpointing)."""
     key = (case.arch, case.overrides, case.workload.device)
     return key if case.workload.checkpointing == "none" else (*key, case.workload.checkpointing)
 

@@ -166,7 +166,7 @@ def run_case(case: Case, opts: RunOptions) -> CaseRecord:
 def run_group(cases: Sequence[Case], opts: RunOptions) -> list[CaseRecord]:
     """Measure ``cases`` side by side in this process: each is prepared in turn and kept built; their timings
     then alternate in rounds (:func:`harness.instruments.timing.measure_interleaved`), so a ratio of two of them
-    (:func:`harness.analysis.stats.paired_ratio`) cancels the machine's drift; then each is measured on
+    (:func:`harness.analysis.ratios.paired_ratio`) cancels the machine's drift; then each is measured on
     (:func:`harness.engine.measure.measure_prepared` with its timing: memory, counting and energy passes). Cases
     whose models would not fit beside those already built are measured in a next sub-group. Records come back
     in order."""

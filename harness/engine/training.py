@@ -17,8 +17,8 @@ state tensors of the parameter's dtype per parameter plus a 4-byte ``step`` scal
 ``sgd`` (``torch.optim.SGD``, lr 1e-2, no momentum: no state). ``amp`` runs the forward and the loss under
 ``torch.autocast`` in bf16 or fp16 over fp32 master weights (the workload's dtype stays fp32); fp16 adds a
 ``torch.amp.GradScaler`` (CUDA only, refused elsewhere by the Workload). ``checkpointing = "block"``
-recomputes each block's activations in the backward (:func:`apply_checkpointing`, applied to the built model
-from outside, never inside a model's code).
+recomputes each block's activations in the backward (:mod:`harness.engine.checkpointing`, applied to the built
+model from outside, never inside a model's code).
 
 Memory by kind (:func:`analytic_memory`, :func:`measured_memory`): weights, gradients and optimizer state are
 static, known from the parameter count, the dtype and the optimizer; activations are what autograd keeps from
@@ -34,23 +34,21 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from harness.instruments import memory
 from harness.contract.errors import BenchInputError
 from harness.contract.spec import ArchSpec, Workload
+from harness.engine.checkpointing import block_lists
 from harness.engine.compiled import mark_batch_dynamic
+from harness.engine.peaks import device_name, rates
 from harness.engine.steps import Count, Step
 from harness.instruments.outputs import first_tensor
 from harness.instruments.timing import TimingResult
 
 __all__ = [
     "AMP_DTYPES",
-    "Checkpointed",
     "TrainStep",
     "analytic_memory",
-    "apply_checkpointing",
-    "block_lists",
     "check_trainable",
     "loss_kind",
     "make_optimizer",
@@ -62,52 +60,6 @@ AMP_DTYPES: dict[str, torch.dtype | None] = {"none": None, "bf16": torch.bfloat1
 LEARNING_RATES: dict[str, float] = {"adamw": 1e-3, "sgd": 1e-2}
 ADAMW_STATE_TENSORS = 2        # exp_avg and exp_avg_sq, each of the parameter's shape and dtype
 ADAMW_STEP_BYTES = 4           # the per-parameter-tensor ``step`` counter: a float32 scalar tensor
-
-
-# -- activation checkpointing ----------------------------------------------------------------------------------
-class Checkpointed(nn.Module):
-    """One block whose activations are recomputed in the backward (``torch.utils.checkpoint``, non-reentrant):
-    only the block's inputs are kept from the forward. Without grad (eval) it is the block itself."""
-
-    def __init__(self, block: nn.Module) -> None:
-        super().__init__()
-        self.block = block
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        if not torch.is_grad_enabled():
-            return self.block(*args, **kwargs)
-        return checkpoint(self.block, *args, use_reentrant=False, **kwargs)
-
-
-def block_lists(model: nn.Module) -> list[nn.ModuleList]:
-    """The model's blocks: every ``nn.ModuleList`` not inside another one that holds at least two modules with
-    parameters (a decoder's layers; an encoder-decoder's encoder and decoder layers; a Swin's stages)."""
-    found: list[nn.ModuleList] = []
-    inside: set[int] = set()
-    for module in model.modules():
-        if id(module) in inside:
-            continue
-        if isinstance(module, nn.ModuleList) and sum(
-                1 for m in module if any(True for _ in m.parameters())) >= 2:
-            found.append(module)
-            inside.update(id(m) for m in module.modules())
-    return found
-
-
-def apply_checkpointing(model: nn.Module, checkpointing: str) -> nn.Module:
-    """``model`` with each block of :func:`block_lists` wrapped in :class:`Checkpointed` (in place; returns
-    ``model``). ``"none"``: ``model`` untouched. A model without such blocks raises BenchInputError."""
-    if checkpointing == "none":
-        return model
-    lists = block_lists(model)
-    if not lists:
-        raise BenchInputError(f"checkpointing = {checkpointing!r} needs blocks in an nn.ModuleList; "
-                              f"{type(model).__name__} has none", where="checkpointing")
-    for blocks in lists:
-        for i, block in enumerate(blocks):
-            if not isinstance(block, Checkpointed):
-                blocks[i] = Checkpointed(block)
-    return model
 
 
 _shapes: dict[tuple[str, str], tuple[bool, bool]] = {}   # (arch, config) -> (trainable, has blocks)
@@ -260,7 +212,7 @@ class TrainStep(Step):
         self.update()
 
     def figures(self, timed: TimingResult, w: Workload, metrics: Mapping[str, float]) -> tuple[dict[str, float], str]:
-        """The step's rates (:func:`rates`) from the timed median, with MFU/HFU where the device's peak is known."""
+        """The step's rates (:func:`harness.engine.peaks.rates`) from the timed median, with MFU/HFU where the device's peak is known."""
         return rates(w, metrics["median_ms"] / 1e3, metrics.get("model_flops"), metrics.get("flops"),
                      device_name(w.device))
 
@@ -355,80 +307,3 @@ def measure_memory(step: TrainStep, static_before: int, device: torch.device) ->
     out["activation_peak_bytes"] = float(tracked.peak_bytes)
     out["peak_bytes"] = float(static + tracked.peak_bytes)
     return out
-
-
-# -- rates and MFU -----------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class DevicePeak:
-    """A device's published DENSE peak in FLOP/s per precision (never the 2:4-sparsity figure), with its source.
-    ``matches(name)``: every word of ``needs`` in ``torch.cuda.get_device_name()``, none of ``excludes``."""
-
-    label: str
-    needs: tuple[str, ...]
-    excludes: tuple[str, ...]
-    bf16: float
-    fp16: float
-    tf32: float
-    fp32: float
-    source: str
-
-    def matches(self, name: str) -> bool:
-        low = name.lower()
-        return all(w.lower() in low for w in self.needs) and not any(w.lower() in low for w in self.excludes)
-
-
-# Quoted from NVIDIA's data sheets (dense, no sparsity): H100 SXM5 (H100 datasheet, "SXM" column, the figures
-# without the sparsity asterisk), H200 SXM (the same Hopper compute as H100 SXM), A100 (SXM and PCIe alike).
-# A PCIe or NVL H100/H200 has lower clocks and other figures: not in the table, so it reports no MFU.
-DEVICE_PEAKS: tuple[DevicePeak, ...] = (
-    DevicePeak("NVIDIA H100 SXM", ("h100",), ("pcie", "nvl"), 989.4e12, 989.4e12, 494.7e12, 66.9e12,
-               "NVIDIA H100 Tensor Core GPU datasheet, SXM, dense"),
-    DevicePeak("NVIDIA H200 SXM", ("h200",), ("nvl",), 989.4e12, 989.4e12, 494.7e12, 66.9e12,
-               "NVIDIA H200 datasheet, SXM (Hopper, the H100 SXM's compute), dense"),
-    DevicePeak("NVIDIA A100", ("a100",), (), 312e12, 312e12, 156e12, 19.5e12,
-               "NVIDIA A100 Tensor Core GPU datasheet, dense"),
-)
-
-
-def device_peak(name: str) -> DevicePeak | None:
-    """The table's row for a device name (``torch.cuda.get_device_name``), or None: no published peak."""
-    return next((row for row in DEVICE_PEAKS if row.matches(name)), None)
-
-
-def matmul_precision(w: Workload) -> str:
-    """The precision the step's matmuls run in: the amp dtype, else the workload's dtype, where fp32 on CUDA is
-    ``tf32`` when PyTorch lets fp32 matmuls use TF32 (``torch.backends.cuda.matmul.allow_tf32``)."""
-    if w.amp != "none":
-        return w.amp
-    if w.dtype == "fp32" and w.device.startswith("cuda") and torch.backends.cuda.matmul.allow_tf32:
-        return "tf32"
-    return w.dtype
-
-
-def device_name(device: str) -> str:
-    """The device's own name: ``torch.cuda.get_device_name`` on CUDA; ``cpu``/``mps`` otherwise."""
-    dev = torch.device(device)
-    return torch.cuda.get_device_name(dev) if dev.type == "cuda" and torch.cuda.is_available() else dev.type
-
-
-def rates(w: Workload, median_s: float, model_flops: float | None, flops: float | None,
-          name: str) -> tuple[dict[str, float], str]:
-    """A training step's rates from its median time: ``samples_per_s``, ``tokens_per_s`` (with a sequence
-    length), ``model_flops_per_s``; with ``name``'s published dense peak (:data:`DEVICE_PEAKS`)
-    ``published_peak_flops_per_s``, ``mfu`` (model FLOPs: no recomputation) and ``hfu`` (counted FLOPs of the
-    step as run, recomputation included). Returns the metrics and a note ("" or why there is no MFU)."""
-    out = {"samples_per_s": w.batch_size / median_s}
-    if w.seq_len:
-        out["tokens_per_s"] = w.batch_size * w.seq_len / median_s
-    if model_flops is not None:
-        out["model_flops_per_s"] = model_flops / median_s
-    row = device_peak(name)
-    if row is None:
-        return out, f"MFU: no published peak for this device ({name})"
-    peak = getattr(row, matmul_precision(w))
-    out["published_peak_flops_per_s"] = peak
-    if model_flops is not None:
-        out["mfu"] = model_flops / median_s / peak
-    if flops is not None:
-        out["hfu"] = flops / median_s / peak
-    return out, ""

@@ -17,7 +17,7 @@ runs a step once and reports:
 How it sees them: a :class:`~torch.utils._python_dispatch.TorchDispatchMode` records every fused attention
 op (:data:`harness.instruments.flops.FUSED_ATTENTION`, forward and backward, autograd's threads included), and
 ``torch.nn.functional.scaled_dot_product_attention`` is wrapped for the call (a plain function swap, as
-:func:`harness.instruments.flops._einsum_counted` does, not a TorchFunctionMode: an active one turns off fused fast
+:func:`harness.instruments.flops.counter._einsum_counted` does, not a TorchFunctionMode: an active one turns off fused fast
 paths such as ``nn.MultiheadAttention``'s) to see the calls that reached no fused op, the math ones.
 What neither sees counts as nothing: SDPA inside a fused C++ op (``nn.MultiheadAttention``'s eval fast path,
 ``_native_multi_head_attention``) and a math call made through ``torch._C._nn`` directly.

@@ -377,7 +377,7 @@ def measure_interleaved(fns: Sequence[Callable[[], object]], config: TimingConfi
        each taking blocked samples until it has at least ceil(min_samples / rounds) samples AND
        min_time_s / rounds of sampling (or max_time_s / rounds has passed, with at least one sample).
     3. Each result's ``rounds`` says how many of its samples each round holds; round i of every callable ran
-       within the same round. ``harness.analysis.stats.paired_ratio`` turns two of them into a ratio whose interval is
+       within the same round. ``harness.analysis.ratios.paired_ratio`` turns two of them into a ratio whose interval is
        the spread of the per-round ratios (drift included); ``round_summary`` gives one side's drift.
     With ``config.flush_l2`` (CUDA only) every sample is one call after a write of one shared flush buffer.
     A callable that raises is reported by its exception in place of a result and leaves the later rounds;

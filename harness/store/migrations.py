@@ -5,8 +5,8 @@ place (run when a store is opened for writing), and the row functions that lift 
 version to the newer one (used both by that in-place upgrade and to read an older store without writing
 to it, e.g. a read-only copy). A store written by any earlier version stays readable.
 
-Version 1 is the store as first released: the ``runs``, ``cases`` and ``experiments`` tables and no
-version table. Later versions record themselves in ``bench_meta``.
+Version 1 is the store as first released: the ``runs`` and ``cases`` tables (and ``experiments``, now a client's
+own table) and no version table. Later versions record themselves in ``bench_meta``.
 """
 from __future__ import annotations
 
