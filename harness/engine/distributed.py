@@ -32,7 +32,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
-from harness.engine.training import block_lists
+from harness.engine.checkpointing import block_lists
 from harness.instruments.timing import Agree
 
 GRAD_TOLERANCE: dict[str, float] = {"fp32": 1e-4, "bf16": 2e-2, "fp16": 2e-2}

@@ -58,7 +58,7 @@ from harness.contract.errors import BenchInputError
 from harness.contract.plugins import load_files as load_plugin_files
 from harness.contract.records import CaseRecord
 from harness.contract.spec import ArchSpec, Case, Workload
-from harness.engine import training
+from harness.engine import peaks
 from harness.engine.distributed import Payload
 from harness.engine.env import usable_cores
 from harness.engine.overhead import metric_name
@@ -246,8 +246,8 @@ def run_ranked(case: Case, opts: Any, count: Count) -> CaseRecord:
     metrics[metric_name("timed")] = sum(samples)          # the rest of the case: starting the ranks, build, checks
     note = cpu_note(w, ranks[0]["threads"]) if w.device == "cpu" else ""
     if "latency" in case.metrics:
-        extra, why = training.rates(w, metrics["median_ms"] / 1e3, metrics.get("model_flops"), metrics.get("flops"),
-                                    training.device_name(w.device if w.device == "cpu" else "cuda:0"))
+        extra, why = peaks.rates(w, metrics["median_ms"] / 1e3, metrics.get("model_flops"), metrics.get("flops"),
+                                    peaks.device_name(w.device if w.device == "cpu" else "cuda:0"))
         batches = 1 if shares_batch(w) else w.world_size       # TP: one batch for all ranks; else one per rank
         for name in ("samples_per_s", "tokens_per_s"):
             if name in extra:
