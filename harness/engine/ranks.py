@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -53,10 +53,12 @@ from harness.contract.plugins import load_files as load_plugin_files
 from harness.contract.records import CaseRecord
 from harness.contract.spec import ArchSpec, Case, Workload
 from harness.engine import training
-from harness.engine.distributed import Payload
 from harness.engine.env import usable_cores
 from harness.engine.overhead import metric_name
 from harness.instruments.timing import consecutive_rounds
+
+if TYPE_CHECKING:     # only the rank processes load FSDP and DTensor (a second of CPU for every process)
+    from harness.engine.distributed import Payload
 
 POLL_S = 0.05
 CAUSE_WAIT_S = 0.5
