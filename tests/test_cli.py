@@ -74,7 +74,8 @@ def test_run_stores_every_case_ok_prints_the_headline_and_writes_the_report(tiny
 
 
 def test_report_goes_beside_the_store_unless_no_report(write_suite, tmp_path):
-    suite = write_suite(TINY_SUITE.replace("[16, 32, 64]", "[16]"))          # where the report goes: one length
+    suite = write_suite(TINY_SUITE.replace("[16, 32, 64]", "[16]").replace("MQA = { n_kv_heads = 1 }\n", ""))
+    # where the report goes: one case
     url = f"sqlite:///{tmp_path / 'store' / 'bench.sqlite'}"
     base = ("run", str(suite), "--quick", "--executor", "inline", "--no-calibrate", "--store", url)
     first = invoke(*base)

@@ -202,7 +202,7 @@ def test_two_bench_runs_at_once_and_a_second_resume_of_a_live_run(store_url_of, 
     to resume); once one case of it is stored that one is frozen (SIGSTOP): the other completes, a second
     `--resume` of the frozen run is refused in one line while it lives, and completes it after `kill -9`."""
     other = _write_suite(tmp_path, "conc_other", [8, 16])
-    main = _write_suite(tmp_path, "conc_main", [8, 12, 16, 20, 24, 32])
+    main = _write_suite(tmp_path, "conc_main", [8, 12, 16, 20])
     common = ["--quick", "--executor", "inline", "--no-calibrate", "--no-report", "--store", store_url_of]
     outs = [open(tmp_path / f"{n}.err", "w") for n in ("main", "other")]
     driver = subprocess.Popen([*BENCH, "run", str(main), *common, "--resume"], cwd=tmp_path,
@@ -229,10 +229,10 @@ def test_two_bench_runs_at_once_and_a_second_resume_of_a_live_run(store_url_of, 
         os.kill(driver.pid, signal.SIGKILL)
         driver.wait(30)
         before = _stored(store_url_of, "conc_main")[1]
-        assert 1 <= before < 6, "the frozen run had finished: nothing left to resume"
+        assert 1 <= before < 4, "the frozen run had finished: nothing left to resume"
         resumed = cli("run", str(main), *common, "--resume")
         assert resumed.exit_code == 0, resumed.stderr
-        assert f"resuming run {run_id}: {before} of 6 cases already stored" in resumed.stderr
+        assert f"resuming run {run_id}: {before} of 4 cases already stored" in resumed.stderr
     finally:
         for p in (driver, rival):
             if p.poll() is None:
@@ -246,7 +246,7 @@ def test_two_bench_runs_at_once_and_a_second_resume_of_a_live_run(store_url_of, 
     runs = {r.suite: r for r in store.list_runs()}
     assert sorted(runs) == ["conc_main", "conc_other"] and all(r.status == "done" for r in runs.values())
     assert runs["conc_main"].id == run_id
-    for suite, n_cases in (("conc_main", 6), ("conc_other", 2)):
+    for suite, n_cases in (("conc_main", 4), ("conc_other", 2)):
         keys = [r.case_key for r in store.records(runs[suite].id)]
         assert len(keys) == len(set(keys)) == n_cases and all(r.ok for r in store.records(runs[suite].id))
         assert store.lease(runs[suite].id) is None

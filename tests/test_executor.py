@@ -51,7 +51,7 @@ class Sweep:
     out: dict[str, Outcome]
     last_worker: int | None
     cli: dict[str, tuple[subprocess.Popen, str]]   # a CLI test's `bench run` (below), started with the sweep
-    interleaved: dict[str, CaseRecord]             # INTERLEAVED's records, run next through the same executor
+    interleaved: dict[str, Outcome]                # INTERLEAVED's records, run next through the same executor
 
 
 PLAN = [("ok_a", "ok"), ("ok_b", "ok"), ("hang", "hang"), ("ok_c", "ok"), ("sigkill", "sigkill"),
@@ -59,10 +59,10 @@ PLAN = [("ok_a", "ok"), ("ok_b", "ok"), ("hang", "hang"), ("ok_c", "ok"), ("sigk
         ("ok_d", "ok")]
 
 
-# a sweep point whose worker dies mid-group, then the next point: run with ``interleave=True`` after PLAN
-INTERLEAVED = [dataclasses.replace(faulty_case(line, b), point=0) for line, b in
-               (("fine", "ok"), ("killer", "sigkill"), ("also fine", "ok"))]
-INTERLEAVED.append(dataclasses.replace(faulty_case("next point", "ok"), point=1))
+# (sweep point, line, behavior): a point whose worker dies mid-group, then a point whose group has a case that
+# raises; run with ``interleave=True`` after PLAN, through the same executor
+INTERLEAVED = [(0, "fine", "ok"), (0, "killer", "sigkill"), (0, "also fine", "ok"),
+               (1, "next point", "ok"), (1, "raises", "boom"), (1, "after it", "ok")]
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +86,13 @@ def sweep(tmp_path_factory) -> Iterator[Sweep]:
                 out[rec.line] = Outcome(rec, ex.proc.pid if ex.proc is not None else None, now - t,
                                         _pids(tmp / f"{rec.line}.pid"))
                 t = now
-            # the interleaved group next, in ok_d's worker (one worker start less than an executor of its own)
-            interleaved = {r.line: r for r in ex.run(INTERLEAVED, dataclasses.replace(opts, interleave=True))}
+            # the interleaved groups next, in ok_d's worker (one worker start less than an executor of its own)
+            group = [dataclasses.replace(faulty_case(line, b, pid_file=str(tmp / f"group {line}.pid")), point=p)
+                     for p, line, b in INTERLEAVED]
+            after = {r.line: (r, ex.proc.pid if ex.proc is not None else None)
+                     for r in ex.run(group, dataclasses.replace(opts, interleave=True))}
+            interleaved = {line: Outcome(r, pid, 0.0, _pids(tmp / f"group {line}.pid"))
+                           for line, (r, pid) in after.items()}
             last_worker = ex.proc.pid if ex.proc is not None else None
         finally:
             ex.close()
@@ -259,10 +264,29 @@ def test_an_interleaved_group_whose_worker_dies_is_run_case_by_case(sweep):
     """A sweep point timed side by side in one worker: when a case kills that worker (the kernel's OOM killer)
     or hangs it, the group's cases are measured again one by one, so the one at fault is recorded and the
     others are measured; the sweep goes on. (INTERLEAVED, run by the ``sweep`` fixture after its own cases.)"""
-    recs = sweep.interleaved
+    recs = {line: o.rec for line, o in sweep.interleaved.items()}
     assert recs["killer"].status == "crashed"
     assert recs["fine"].ok and recs["also fine"].ok and recs["next point"].ok
     assert not recs["fine"].group                                  # measured alone after the group was lost
+
+
+def test_an_interleaved_group_with_an_exception_keeps_its_worker(sweep):
+    """A case of a group that raises is that case's error; the group's other cases are measured in the same
+    worker, which lives on."""
+    out = sweep.interleaved
+    assert [out[line].rec.status for line in ("next point", "raises", "after it")] == ["ok", "error", "ok"]
+    assert len(out["next point"].built_in) == 1
+    assert out["next point"].built_in == out["raises"].built_in == out["after it"].built_in
+    assert out["after it"].worker_pid in out["after it"].built_in
+
+
+@pytest.mark.parametrize("crash, after", [("sigkill", "exit3"), ("exit3", "boom")])
+def test_a_crash_replaces_the_worker(sweep, crash, after):
+    """The worker that crashed is gone when its case's record comes; the next case is built by a fresh one."""
+    o = sweep.out[crash]
+    assert o.rec.status == "crashed" and o.worker_pid is None
+    assert len(o.built_in) == 1 and not psutil.pid_exists(next(iter(o.built_in)))
+    assert sweep.out[after].built_in and sweep.out[after].built_in.isdisjoint(o.built_in)
 
 
 def test_the_worker_outlives_exceptions_and_caught_ooms(sweep):

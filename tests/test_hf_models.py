@@ -73,7 +73,7 @@ def test_listing_names_the_presets():
 def test_every_mode_runs_with_the_network_blocked(tmp_path, no_network):
     """fwd, fwd_bwd, train_step and generation (eager and compiled) of transformers models, counted and measured
     like any model, with every socket connection refused."""
-    _, url, result = run_tiny(tmp_path, text=MODES_SUITE)
+    _, url, result = run_tiny(tmp_path, "--no-calibrate", "--no-report", text=MODES_SUITE)
     assert result.exit_code == 0, result.stderr
     store = Store(url, create=False)
     records = store.records(store.get_run("latest").id)

@@ -1,9 +1,7 @@
-"""Harness overhead (issue 14 item 7): the time accounting of a run, model reuse, cheap weight init, and a
-worker that outlives a case's Python exception but not a crash or a poisoned CUDA context."""
+"""Harness overhead: the time accounting of a run, model reuse, cheap weight init, and which errors poison a
+worker (a CUDA context that cannot be trusted); that a worker outlives a case's Python exception but not a crash is
+tested on real worker processes in test_executor.py."""
 from __future__ import annotations
-
-import dataclasses
-from pathlib import Path
 
 import pytest
 import torch
@@ -11,7 +9,6 @@ from torch import nn
 
 from harness import session
 from harness.engine import measure
-from harness.executors import ProcessExecutor
 from harness.executors.base import poisons_worker
 from harness.engine.overhead import (CASE_PARTS, MEASURED, RunOverhead, metric_name, run_overhead, summary_line,
                               warmup_shares)
@@ -24,7 +21,6 @@ from harness.store.db import Store
 from harness.instruments.timing import TimingConfig
 from tests.helpers import run_tiny
 
-PLUGIN = str(Path(__file__).with_name("plugin_faulty.py"))
 FAST = TimingConfig(warmup_calls=1, warmup_s=0.0, min_samples=3, min_time_s=0.0, max_time_s=0.5)
 DETERMINISTIC = GATE_EQUAL
 
@@ -191,73 +187,7 @@ def _has(name: str) -> bool:
     return name in list_archs()
 
 
-# -- the worker outlives a Python exception, not a crash -------------------------------------------------------
-def faulty(line: str, behavior: str, pid_file: Path) -> Case:
-    return Case("faults", line, "faulty", (("behavior", behavior), ("pid_file", str(pid_file))),
-                Workload(batch_size=2), ("latency",))
-
-
-def _pid(path: Path) -> int:
-    """The one process that built this case's models (the fake pass builds one too, in the same worker)."""
-    (pid,) = {int(line.split()[0]) for line in path.read_text().splitlines()}
-    return pid
-
-
-def _sweep(ex: ProcessExecutor, tmp_path: Path, plan: list[tuple[str, str]], interleave: bool = False
-           ) -> dict[str, tuple[str, int | None]]:
-    """(status, the executor's worker right after) of each case of ``plan``, through ``ex`` (left open: the caller
-    closes it)."""
-    cases = [faulty(line, b, tmp_path / f"{line}.pid") for line, b in plan]
-    if interleave:
-        cases = [dataclasses.replace(c, point=0) for c in cases]
-    out: dict[str, tuple[str, int | None]] = {}
-    for rec in ex.run(cases, RunOptions(timing=FAST, timeout_s=30, plugins=(PLUGIN,), interleave=interleave)):
-        out[rec.line] = (rec.status, ex.proc.pid if ex.proc is not None else None)
-    return out
-
-
-CRASH_PLAN = [("a", "ok"), ("boom", "boom"), ("oom", "torch_oom"), ("b", "ok"), ("exit3", "exit3"), ("c", "ok"),
-              ("sigkill", "sigkill"), ("d", "ok")]
-"""One sweep through one executor for the tests below (each worker start costs ~3 CPU-s): exceptions first, then
-each crash between two ok cases; then GROUP_PLAN, interleaved, in the worker that ran ``d``."""
-GROUP_PLAN = [("a", "ok"), ("boom", "boom"), ("b", "ok")]
-
-
-@pytest.fixture(scope="module")
-def crash_sweep(tmp_path_factory) -> tuple[Path, dict[str, tuple[str, int | None]], Path, dict]:
-    tmp, group_tmp = tmp_path_factory.mktemp("crashes"), tmp_path_factory.mktemp("group")
-    ex = ProcessExecutor()
-    try:
-        out = _sweep(ex, tmp, CRASH_PLAN)
-        group = _sweep(ex, group_tmp, GROUP_PLAN, interleave=True)
-    finally:
-        ex.close()
-    return tmp, out, group_tmp, group
-
-
-def test_a_python_exception_or_caught_oom_keeps_the_worker(crash_sweep):
-    tmp_path, out, _, _ = crash_sweep
-    first = {line: out[line] for line in ("a", "boom", "oom", "b")}
-    assert [s for s, _ in first.values()] == ["ok", "error", "oom", "ok"]
-    assert _pid(tmp_path / "a.pid") == _pid(tmp_path / "boom.pid") == _pid(tmp_path / "b.pid")
-    assert len({pid for _, pid in first.values()}) == 1
-
-
-@pytest.mark.parametrize("crash", ["exit3", "sigkill"])
-def test_a_crash_replaces_the_worker(crash_sweep, crash):
-    tmp_path, out, _, _ = crash_sweep
-    before, after = {"exit3": ("b", "c"), "sigkill": ("c", "d")}[crash]     # the ok cases either side of it
-    assert out[crash][0] == "crashed"
-    assert out[crash][1] is None                        # the dead worker is gone
-    assert out[after][0] == "ok" and _pid(tmp_path / f"{before}.pid") != _pid(tmp_path / f"{after}.pid")
-
-
-def test_an_interleaved_group_with_an_exception_keeps_the_worker(crash_sweep):
-    _, _, tmp_path, out = crash_sweep
-    assert [s for s, _ in out.values()] == ["ok", "error", "ok"]
-    assert _pid(tmp_path / "a.pid") == _pid(tmp_path / "b.pid") and out["b"][1] is not None
-
-
+# -- which errors end the worker (the worker's life through real crashes and exceptions: test_executor.py) ---------
 @pytest.mark.parametrize("message, poisoned", [
     ("RuntimeError: CUDA error: an illegal memory access was encountered", True),
     ("RuntimeError: CUDA error: device-side assert triggered", True),

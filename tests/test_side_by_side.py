@@ -1,7 +1,9 @@
 """Every line against the suite's reference, side by side (reports.side_by_side): the `reference` key of a suite
 (validated where suites load), the table on hand-made records with a known answer, its place in `bench run`'s
-summary, `bench show`, the report, the exports and `bench compare`, and a real `vit_vs_cnn --quick` run whose
-ViT-B/16 ÷ ResNet-50 ratios must be those the one comparison computes from the stored cases."""
+summary, `bench show`, the report, the exports and `bench compare`, and a real `bench run` of three small models
+(MODELS: a CNN reference, a ViT and a MobileNet at 32², batches 1 and 8) whose ViT ÷ CNN ratios must be those the one
+comparison computes from the stored cases. (Every built-in suite's cases are checked in test_suites_builtin; the
+vision models themselves in test_vision and test_vision_zoo.)"""
 from __future__ import annotations
 
 import csv
@@ -210,13 +212,30 @@ def test_exports_carry_the_ratios_to_the_reference():
     assert flat["vs_ref.macs"] == 140e9 / 33e9
 
 
-# -- a real run: vit_vs_cnn --quick ------------------------------------------------------------------------------
+# -- a real run: three small models against a reference ----------------------------------------------------------
+MODELS = """\
+name = "models"
+metrics = ["latency", "memory", "flops"]
+fixed = { img_size = 32, dtype = "fp32", mode = "fwd" }
+sweep = { batch_size = [1, 8] }
+reference = "resnet"
+[lines]
+resnet    = { arch = "resnet-micro" }
+vit       = { arch = "vit-micro" }
+mobilenet = { arch = "mobilenet-v3-small" }
+"""
+
+
 @pytest.fixture(scope="module")
-def vit_run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("vit")
+def models_run(tmp_path_factory):
+    """One `bench run --quick` of MODELS (worker process, store, summary, report): the same path as a built-in
+    suite of models, on models small enough to measure in seconds."""
+    tmp = tmp_path_factory.mktemp("models")
+    suite = tmp / "models.toml"
+    suite.write_text(MODELS)
     url = f"sqlite:///{tmp / 'results.sqlite'}"
-    result = invoke_fresh("run", "suites/vit_vs_cnn", "--quick", "--store", url, "--no-calibrate",
-                          "--timeout", "1800", "-o", str(tmp / "run.html"))     # a loaded machine: no case times out
+    result = invoke_fresh("run", str(suite), "--quick", "--store", url, "--no-calibrate",
+                          "--timeout", "600", "-o", str(tmp / "run.html"))     # a loaded machine: no case times out
     (tmp / "summary.txt").write_text(result.stdout)    # kept for a failure's reading
     assert result.exit_code == 0, result.output
     return tmp, url, result
@@ -229,46 +248,46 @@ def _row(text: str, table_at: str, line: str) -> list[str]:
     return re.split(r"\s{2,}", row.strip())
 
 
-def test_vit_vs_cnn_summary_leads_with_the_ratios_the_comparison_computes(vit_run):
-    tmp, url, result = vit_run
+def test_run_summary_leads_with_the_ratios_the_comparison_computes(models_run):
+    tmp, url, result = models_run
     out = result.stdout
-    fits = re.search(r"^  vit-b16: ", out, re.M)      # how the line scales with the batch (or why it has no fit)
+    fits = re.search(r"^  vit: ", out, re.M)      # how the line scales with the batch (or why it has no fit)
     assert fits, out
     assert out.index("side by side at batch_size=1") < out.index("side by side at batch_size=8") < fits.start(), out
-    assert "reference: resnet50 (the suite's reference)" in out
-    assert not re.search(r"^  (at b=\d+, )?\S+ vs \S+ \(", out, re.M), out       # no pair picked from the seven
+    assert "reference: resnet (the suite's reference)" in out
+    assert not re.search(r"^  (at b=\d+, )?\S+ vs \S+ \(", out, re.M), out       # no pair picked from the three
     store = Store(url, create=False)
     run = store.get_run("latest")
     records = store.records(run.id)
     for batch in (1, 8):
-        vit = next(r for r in records if r.line == "vit-b16" and r.workload["batch_size"] == batch)
-        res = next(r for r in records if r.line == "resnet50" and r.workload["batch_size"] == batch)
-        c = compare_records(res, vit)                  # ViT-B/16 over ResNet-50, from the stored cases
-        cells = _row(out, f"batch_size={batch}", "vit-b16")
+        vit = next(r for r in records if r.line == "vit" and r.workload["batch_size"] == batch)
+        res = next(r for r in records if r.line == "resnet" and r.workload["batch_size"] == batch)
+        c = compare_records(res, vit)                  # the ViT over the CNN reference, from the stored cases
+        cells = _row(out, f"batch_size={batch}", "vit")
         assert f"{c.ratio:.3g}× [{c.ci_low:.2g}, {c.ci_high:.2g}]" in cells
         assert f"{vit.metric('peak_bytes') / res.metric('peak_bytes'):.3g}×" in cells
         assert f"{vit.metric('macs') / res.metric('macs'):.3g}×" in cells
         assert f"{vit.metric('params') / res.metric('params'):.3g}×" in cells
-        assert "1 (reference)" in _row(out, f"batch_size={batch}", "resnet50")
+        assert "1 (reference)" in _row(out, f"batch_size={batch}", "resnet")
     html = (tmp / "run.html").read_text()             # -o wrote the report, which leads with the same table
     assert html.index("side by side at batch_size=1") < html.index('class="findings"')
     assert f"{c.ratio:.3g}× [{c.ci_low:.2g}, {c.ci_high:.2g}]" in html
 
 
-def test_show_export_and_compare_hold_the_same_table(vit_run):
-    tmp, url, run_result = vit_run
+def test_show_export_and_compare_hold_the_same_table(models_run):
+    tmp, url, run_result = models_run
     shown = invoke("show", "latest", "--store", url)
     assert shown.exit_code == 0
-    assert _row(shown.stdout, "batch_size=8", "vit-b16") == _row(run_result.stdout, "batch_size=8", "vit-b16")
+    assert _row(shown.stdout, "batch_size=8", "vit") == _row(run_result.stdout, "batch_size=8", "vit")
     store = Store(url, create=False)
     run = store.get_run("latest")
     records = store.records(run.id)
-    vit = next(r for r in records if r.line == "vit-b16" and r.workload["batch_size"] == 8)
-    res = next(r for r in records if r.line == "resnet50" and r.workload["batch_size"] == 8)
+    vit = next(r for r in records if r.line == "vit" and r.workload["batch_size"] == 8)
+    res = next(r for r in records if r.line == "resnet" and r.workload["batch_size"] == 8)
     c = compare_records(res, vit)
     cases = json.loads(invoke("export", "latest", "--format", "json", "--store", url).stdout)
     exported = next(x for x in cases if x["case_key"] == vit.case_key)["vs_reference"]
-    assert exported["line"] == "resnet50" and exported["median_ms"]["ratio"] == c.ratio
+    assert exported["line"] == "resnet" and exported["median_ms"]["ratio"] == c.ratio
     assert exported["macs"]["ratio"] == vit.metric("macs") / res.metric("macs")
     rows = list(csv.DictReader(io.StringIO(invoke("export", "latest", "--format", "csv", "--store", url).stdout)))
     row = next(r for r in rows if r["case_key"] == vit.case_key)
@@ -276,4 +295,4 @@ def test_show_export_and_compare_hold_the_same_table(vit_run):
     assert float(row["vs_ref.peak_bytes"]) == pytest.approx(vit.metric("peak_bytes") / res.metric("peak_bytes"))
     compared = invoke("compare", run.id, run.id, "--store", url)
     assert compared.exit_code == 0 and f"run A {run.id}:" in compared.stdout
-    assert _row(compared.stdout, "batch_size=8", "vit-b16") == _row(run_result.stdout, "batch_size=8", "vit-b16")
+    assert _row(compared.stdout, "batch_size=8", "vit") == _row(run_result.stdout, "batch_size=8", "vit")

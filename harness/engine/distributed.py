@@ -33,6 +33,7 @@ from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
 from harness.engine.checkpointing import block_lists
+from harness.engine.payload import Payload
 from harness.instruments.timing import Agree
 
 GRAD_TOLERANCE: dict[str, float] = {"fp32": 1e-4, "bf16": 2e-2, "fp16": 2e-2}
@@ -88,29 +89,6 @@ def rank0_error(got: dict[str, torch.Tensor], reference: Callable[[], dict[str, 
         err.fill_(relative_error(got, reference()))
     dist.broadcast(err, src=0)
     return float(err.item())
-
-
-@dataclass(frozen=True)
-class Payload:
-    """The tensor bytes a step's collectives carry on each rank, by kind — derived (:func:`comm_payload`,
-    :func:`harness.engine.tensor_parallel.payload`) or counted (:meth:`Counted.payload`): ``all_reduce`` (DDP: every
-    gradient; TP: the row-parallel layers' activations), ``all_gather`` (FSDP: the parameters gathered whole, in the
-    forward and again in the backward for the blocks resharded after their forward) and ``reduce_scatter`` (FSDP:
-    every gradient, reduced to the rank's shard)."""
-
-    all_reduce: int = 0
-    all_gather: int = 0
-    reduce_scatter: int = 0
-
-    @property
-    def total(self) -> int:
-        return self.all_reduce + self.all_gather + self.reduce_scatter
-
-    def sent_per_rank(self, world: int) -> float:
-        """Bytes one rank sends per step with ring collectives: an all-reduce 2(N−1)/N of its payload, an
-        all-gather or a reduce-scatter (N−1)/N."""
-        share = (world - 1) / world
-        return 2 * share * self.all_reduce + share * (self.all_gather + self.reduce_scatter)
 
 
 def _bytes(params: Iterable[nn.Parameter]) -> int:

@@ -59,11 +59,12 @@ from harness.contract.plugins import load_files as load_plugin_files
 from harness.contract.records import CaseRecord
 from harness.contract.spec import ArchSpec, Case, Workload
 from harness.engine import peaks
-from harness.engine.distributed import Payload
 from harness.engine.env import usable_cores
 from harness.engine.overhead import metric_name
+from harness.engine.payload import Payload
 from harness.engine.tensor_parallel import check_split
 from harness.instruments.timing import consecutive_rounds
+
 
 POLL_S = 0.05
 CAUSE_WAIT_S = 0.5

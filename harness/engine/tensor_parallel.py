@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from harness.contract.errors import BenchInputError
 from harness.contract.spec import ArchSpec, Workload
-from harness.engine.distributed import Payload
+from harness.engine.payload import Payload
 from harness.instruments.outputs import first_tensor
 
 SPLIT_PROTOCOL: tuple[str, ...] = ("cannot_split_heads", "split_heads")
