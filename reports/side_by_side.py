@@ -51,6 +51,7 @@ class Row:
     dominated_by: str = ""
     dominated_clearly: bool = True       # its time against the dominating line's is decided: slower, or the same
     message: str = ""
+    ranks_share_cpu: bool = False        # ranks of one case on the CPU: its times are not speed
 
     @property
     def ok(self) -> bool:
@@ -184,7 +185,8 @@ def _table(point: tuple[tuple[str, Any], ...], recs: list[CaseRecord], reference
     ref = next((r for r in recs if r.line == reference and r.ok), None)
     rows = [Row(r.line, r.arch, r.status, r.case_key, _figures(r, peak), _ratios(r, ref),
                 sources(r.message).get(TOP1, "") if r.metric(TOP1) is not None else "", r.line == reference,
-                message=r.message.strip().splitlines()[0] if not r.ok and r.message.strip() else "")
+                message=r.message.strip().splitlines()[0] if not r.ok and r.message.strip() else "",
+                ranks_share_cpu=r.value("parallel") not in (None, "none") and r.value("device") == "cpu")
             for r in recs]
     ok = [row for row in rows if row.ok and row.figures["median_ms"] is not None]
     best = {m: _best(ok, m, higher) for m, higher in BEST.items()}
@@ -320,6 +322,10 @@ def notes(sbs: SideBySide, t: PointTable) -> list[str]:
                                for r in dominated))
     else:
         out.append(f"no line is Pareto-dominated in {t.dominance}")
+    shared = [r.line for r in t.rows if r.ok and r.ranks_share_cpu]
+    if shared:
+        out.append(f"{', '.join(shared)}: the ranks share this machine's CPU cores; their times are for correctness, "
+                   "memory and communication bytes, not speed")
     failed = [r for r in t.rows if not r.ok]
     if failed:
         out.append("not ok: " + "; ".join(f"{r.line} {r.status}" + (f" ({r.message[:80]})" if r.message else "")

@@ -7,6 +7,7 @@ vision models themselves in test_vision and test_vision_zoo.)"""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import re
@@ -21,7 +22,7 @@ from harness.contract.quoted import Quoted
 from harness.contract.records import CaseRecord, RunRecord, SuiteSpec
 from harness.contract.suite import load_suite
 from harness.store.db import Store
-from reports.side_by_side import (compares_models, figure_cell, flat_vs_reference, ratio_cell, reference_line,
+from reports.side_by_side import (compares_models, figure_cell, notes, flat_vs_reference, ratio_cell, reference_line,
                                   side_by_side, vs_reference)
 from reports.findings import findings
 from reports.sentences import contrast_text, headline_contrasts
@@ -175,6 +176,18 @@ def test_default_reference_is_the_first_line_and_failed_lines_come_last():
     assert all(v is None for v in t.rows[-1].ratios.values())
     stale = _run(recs, "gone")                       # a stored reference the run does not hold: the first line
     assert reference_line(stale, recs)[0] == "vit-b16"
+
+
+def test_ranks_on_the_cpu_are_named_in_the_notes_as_sharing_its_cores():
+    ranked = dataclasses.replace(ZOO[1], workload={**ZOO[1].workload, "parallel": "ddp", "world_size": 2})
+    recs = [ZOO[0], ranked]
+    sbs = side_by_side(_run(recs), recs)
+    (t,) = sbs.points
+    said = [n for n in notes(sbs, t) if "share this machine's CPU cores" in n]
+    assert said == ["vit-b16: the ranks share this machine's CPU cores; their times are for correctness, memory and "
+                    "communication bytes, not speed"]
+    plain = side_by_side(_run(ZOO[:2]), ZOO[:2])
+    assert not any("CPU cores" in n for n in notes(plain, plain.points[0]))
 
 
 def test_one_model_along_an_axis_has_no_side_by_side():
