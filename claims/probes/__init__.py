@@ -18,7 +18,9 @@ from harness.contract.records import CaseRecord
 from harness.contract.metrics import EXACT_COUNTS, TIMINGS
 from harness.contract.registry import resolve
 from harness.contract.spec import Workload
+from harness.engine.models import materialize
 from harness.instruments.load import BUSY_CORES
+from harness.instruments.fake import new_fake_mode
 from harness.analysis.comparison import Comparison, Timing, compare_records, compare_samples, compare_timings
 from harness.analysis.comparison import side_by_side
 from harness.analysis.process_stats import ONE_PROCESS_NOTE
@@ -36,6 +38,7 @@ PROCESSES = 3
 unit of replication (harness.analysis.process_stats), so a timing that decides a verdict has an interval over
 processes — as a suite's cases do with ``processes`` in claims/reads.toml."""
 PROBES: dict[str, tuple[ProbeFn, tuple[str, ...]]] = {}
+CPU = torch.device("cpu")             # where a probe builds the models it studies (harness.engine.models.materialize)
 
 
 def probe(name: str, figures: tuple[str, ...]) -> Callable[[ProbeFn], ProbeFn]:
@@ -225,11 +228,9 @@ def mean_chart(series: dict[str, dict[Any, list[float | None]]], title: str, x: 
 
 
 def built_params(preset: str, **overrides: Any) -> int:
-    """A preset's parameter count, counted on the module built on the meta device (no memory used): a
+    """A preset's parameter count, counted on the module built on fake tensors (no memory used): a
     measurement of the code, which the analytic cost formula is tested against."""
-    spec = resolve(preset, **overrides)
-    with torch.device("meta"):
-        model = spec.build(spec.config)
+    model = materialize(resolve(preset, **overrides), Workload(), CPU, new_fake_mode())
     return sum(p.numel() for p in model.parameters())
 
 

@@ -19,12 +19,12 @@ from torch import nn
 from architectures.attention_core import AttentionCore, AttentionCoreConfig, core_inputs
 from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure
-from claims.probes import (at, built_params, busy_reason, exponent, interleaved, median_ratio, probe, ratio_figure,
+from claims.probes import (CPU, at, built_params, busy_reason, exponent, interleaved, median_ratio, probe, ratio_figure,
                            select, series)
 from claims.power import ratio_resolution
 from harness.instruments import memory
 from harness.contract import registry
-from harness.engine.models import fake_case
+from harness.engine.models import fake_case, materialize
 from harness.instruments.fake import new_fake_mode
 from harness.instruments.flops import FlopCount, count_flops, count_model, dependency_trace
 from harness.contract.records import CaseRecord
@@ -586,9 +586,9 @@ def ffn_width(preset: str) -> tuple[int, int, int]:
     its ``mlp`` run over one token on fake tensors, counted op by op (:func:`harness.instruments.flops.count_flops`);
     the hidden width is the length its last matmul (the down projection) contracts — its MACs over its output's
     elements — and the MACs are the whole mlp's for that token."""
-    spec = resolve(preset)
-    with new_fake_mode():
-        model = spec.build(spec.config).eval()
+    mode = new_fake_mode()
+    model = materialize(resolve(preset), Workload(), CPU, mode).eval()
+    with mode:
         mlp = next(m for name, m in model.named_modules() if name.endswith("blocks.0.mlp"))
         d = next(p for p in mlp.parameters() if p.dim() == 2).shape[1]      # the up projection reads d
         x = torch.zeros(1, 1, d)

@@ -16,8 +16,10 @@ from architectures.layers.blocks import Block
 from architectures.swin import SwinBlock, SwinConfig
 from claims.evidence import Context
 from claims.model import Evidence, Figure
-from claims.probes import probe
+from claims.probes import CPU, probe
 from harness.contract.registry import resolve
+from harness.contract.spec import Workload
+from harness.engine.models import materialize
 
 
 def _rel(a: Tensor, b: Tensor) -> float:
@@ -73,8 +75,7 @@ def vit_shift_error(positions: bool, seed: int = 0) -> float:
     (cyclic, 4 px to the right) and compare the final patch tokens with the unshifted ones rolled by one
     column — max relative difference. ``positions=False`` zeroes the position table first."""
     spec = resolve("vit-micro")
-    torch.manual_seed(seed)
-    model = spec.build(spec.config).eval()
+    model = materialize(spec, Workload(), CPU, seed=seed).eval()
     if not positions:
         with torch.no_grad():
             model.pos_embed.zero_()
@@ -104,8 +105,7 @@ def grid_sizes(arch: str, kinds: tuple[type, ...], side_of: Callable[[Tensor], t
     """The distinct grid sizes the outputs of ``arch``'s modules of ``kinds`` have in one forward of a
     random image (``side_of`` reads a grid size from an output): the model's hierarchy, measured."""
     spec = resolve(arch)
-    torch.manual_seed(0)
-    model = spec.build(spec.config).eval()
+    model = materialize(spec, Workload(), CPU, seed=0).eval()
     sizes: set[tuple] = set()
     hooks = [mod.register_forward_hook(lambda mod, a, out: sizes.add(side_of(out)))
              for mod in model.modules() if isinstance(mod, kinds)]

@@ -12,14 +12,17 @@ from architectures.transformer import Decoder, DecoderConfig, Encoder, EncoderCo
 from architectures.transformer_cost import kv_cache_bytes
 from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure, mean_ci
-from claims.probes import in_processes, mean_chart, median_ratio, probe, select, series, timed_ratio
+from claims.probes import CPU, in_processes, mean_chart, median_ratio, probe, select, series, timed_ratio
 from claims.probes import generation as gen
 from claims.probes.blocks import NAMED, TRANSFORMERS_SAME, transformers_side
 from harness.engine.generation import Generation
+from harness.engine.models import materialize
 from harness.instruments.load import LoadMonitor
+from harness.instruments.fake import new_fake_mode
 from harness.instruments.memory import LiveTensorTracker
 from harness.contract.records import CaseRecord
 from harness.contract.registry import resolve
+from harness.contract.spec import Workload
 from harness.analysis.fits import fit_loglog
 from harness.analysis.stats import paired_ratio
 from harness.instruments.timing import TimingConfig, TimingResult, measure_interleaved
@@ -207,10 +210,10 @@ def gqa(ctx: Context) -> Evidence:
 
 def transformers_kv_values(arch: str, over: dict) -> int:
     """Values per token in transformers' own ``StaticCache`` of ``arch`` (an ``hf:`` name): one token prefilled
-    into a one-position cache by the model built on the meta device; the keys' and values' elements counted."""
-    spec = resolve(arch, **over)
-    with torch.device("meta"):
-        model = spec.build(spec.config).eval()
+    into a one-position cache by the model built on fake tensors; the keys' and values' elements counted."""
+    mode = new_fake_mode()
+    model = materialize(resolve(arch, **over), Workload(), CPU, mode).eval()
+    with mode:
         state = model.generation_state(1, 1)
         with torch.no_grad():
             model.prefill(torch.zeros(1, 1, dtype=torch.long), state)

@@ -12,8 +12,8 @@ from torchvision.models import get_weight
 from architectures.swin import ShiftedWindowAttention
 from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure
-from claims.probes import PROBES, busy_reason, exponent, local_slope, median_ratio, probe, select, series
-from harness.engine.models import fake_case
+from claims.probes import CPU, PROBES, busy_reason, exponent, local_slope, median_ratio, probe, select, series
+from harness.engine.models import fake_case, materialize
 from harness.instruments.flops import count_model, dependency_trace
 from harness.contract.spec import Workload
 from harness.contract.registry import get, resolve
@@ -76,8 +76,7 @@ def _vision_chart(rows_by_arch: dict[str, dict[str, Any]]) -> Chart:
 
 @probe("vit_tokens", figures=("tokens_224_16", "patch_dim"))
 def vit_tokens(ctx: Context) -> Evidence:
-    spec = resolve("vit-b16", n_layers=1)
-    model = spec.build(spec.config).eval()
+    model = materialize(resolve("vit-b16", n_layers=1), Workload(), CPU).eval()
     seen: dict[str, Any] = {}
     def grab(module: Any, args: tuple) -> None:
         seen["x"] = tuple(args[0].shape)                          # (B, tokens, d) entering the encoder
