@@ -1,4 +1,4 @@
-"""Claims about building blocks and named model sizes that the documents state in passing (C31–C39):
+"""Claims about building blocks and named model sizes that the documents state in passing:
 computed directly from the code's own modules and shapes, each in seconds on a CPU."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""ViT against ResNets at pre-training scale (C47, C48): published figures, QUOTED with their source
+"""ViT against ResNets at pre-training scale: published figures, QUOTED with their source
 (``Figure.quoted``), beside what can be measured or counted here. C47's ordering by pre-training data is out of
 reach (its small-data experiment is context); C48 — a claim about training runs out of reach here — decides on
 arithmetic over the papers' figures and the MACs counted here, which can contradict it but never support it."""
@@ -41,7 +41,8 @@ FLOPS_PER_MAC = 2
 
 
 @probe("vit_data_scale", figures=("vit_resnet_order_by_scale", "small_data_gap_slope", "small_data_parity_images",
-                                  "quoted_gap_imagenet1k", "quoted_gap_imagenet21k", "quoted_gap_jft300m"))
+                                  "quoted_gap_imagenet1k", "quoted_gap_imagenet21k", "quoted_gap_jft300m"),
+       reads=("experiment small_vision",))
 def vit_data_scale(ctx: Context) -> Evidence:
     """C47: the ordering of ViT and ResNet after pre-training on 1.3 M, 14 M and 300 M images is out of reach
     here (its central figure is unavailable, with the reason); the published ViT − ResNet top-1 at each scale

@@ -1,4 +1,4 @@
-"""What a layer's structure builds in (C44, C45): translation equivariance and locality of real convolutions
+"""What a layer's structure builds in: translation equivariance and locality of real convolutions
 (a Conv2d stack, a strided and pooled resnet18) against a ViT with and without its positions, the hierarchy of grid
 sizes, and how far one token reaches through Swin's window blocks with and without the shifted windows. Measured on
 the real modules, small and on the CPU, in seconds; :func:`influence_share` (a receptive field read from gradients)

@@ -1,4 +1,4 @@
-"""Three ways of mixing a sequence (C46): a recurrence, a 1-D convolution and self-attention, by what one layer's
+"""Three ways of mixing a sequence: a recurrence, a 1-D convolution and self-attention, by what one layer's
 output sees (receptive fields read from gradients on the real modules), the layers a convolution needs to see it all,
 their sequential steps, and what a stack of convolutions gains on real data (the ``mnist1d`` experiment)."""
 from __future__ import annotations
@@ -51,7 +51,8 @@ def mnist1d_figures(res: dict) -> dict[str, Figure]:
 
 
 @probe("three_ways", figures=("conv1d_layers_to_see_all", "conv1d_one_layer_share", "attention_one_layer_share",
-                              "rnn_last_state_share", "conv1d_depth_exp", "rnn_depth_exp", *MNIST1D_FIGURES))
+                              "rnn_last_state_share", "conv1d_depth_exp", "rnn_depth_exp", *MNIST1D_FIGURES),
+       reads=("experiment mnist1d",))
 def three_ways(ctx: Context | None) -> Evidence:
     """C46: receptive fields measured by gradients on the real modules at n = 64 (one Conv1d k=3 layer, a stack
     of them, one layer of our Attention, nn.LSTM's last state), and the sequential steps (dependency depth of a

@@ -1,4 +1,4 @@
-"""Claims decided by small training runs (C07, C17, C18, C24, C43): the experiments in
+"""Claims decided by small training runs: the experiments in
 claims/experiments, each returning per-seed lists that become means with 95% intervals."""
 from __future__ import annotations
 
@@ -109,7 +109,7 @@ C24_POWER = tuple(f"power_{k}" for k in ("gap_smallest", "cnn_acc_smallest", "vi
                                          "vit_skill_largest", "swin_skill_smallest"))
 
 
-@probe("small_data", figures=C24_FIGURES + C24_POWER)
+@probe("small_data", figures=C24_FIGURES + C24_POWER, reads=("experiment small_vision",))
 def small_data(ctx: Context) -> Evidence:
     """C24 on the digits (the data set with a Swin): CNN, ViT and Swin of matched MACs per subset size, each part
     of the document's statement a figure: CNN − ViT and the CNN's accuracy at the smallest subset, the ViT's
@@ -174,7 +174,7 @@ def small_data(ctx: Context) -> Evidence:
 
 
 @probe("scaling", figures=("var_ratio_unscaled", "var_scaled", "saturation_gap", "jacobian_ratio",
-                           "train_loss_gap"))
+                           "train_loss_gap"), reads=("experiment attn_scaling",))
 def scaling(ctx: Context) -> Evidence:
     """C07: the numeric part (variance, saturation, Jacobian at d_k) and the tiny training run."""
     res = ctx.experiment("attn_scaling")
@@ -272,7 +272,7 @@ def norm_failures(res: dict[str, Any], ev: Evidence) -> None:
                                    "(measure it again: --fresh)")
 
 
-@probe("norm_placement", figures=NORM_FIGURES)
+@probe("norm_placement", figures=NORM_FIGURES, reads=("experiment norm_placement",))
 def norm_placement(ctx: Context) -> Evidence:
     res = ctx.experiment("norm_placement")
     ev = Evidence(notes=[_note(res)])
@@ -299,7 +299,8 @@ def norm_placement(ctx: Context) -> Evidence:
     return ev
 
 
-@probe("causal", figures=("masked_future_change", "unmasked_future_change", "train_loss_gap", "honest_loss_gap"))
+@probe("causal", figures=("masked_future_change", "unmasked_future_change", "train_loss_gap", "honest_loss_gap"),
+       reads=("experiment causal",))
 def causal(ctx: Context) -> Evidence:
     res = ctx.experiment("causal")
     ev = Evidence(notes=[_note(res)])
@@ -328,7 +329,7 @@ def causal(ctx: Context) -> Evidence:
 
 
 @probe("residual", figures=("loss_gap_plain_minus_residual", "residual_learns", "plain_learns",
-                            "first_grad_ratio_residual_over_plain", "shallow_loss_gap"))
+                            "first_grad_ratio_residual_over_plain", "shallow_loss_gap"), reads=("experiment residual",))
 def residual(ctx: Context) -> Evidence:
     """C43 from the ``residual`` experiment: deep stacks with and without their skip connections, same
     weights, same batches; held-out loss after training, the first block's gradient norm at initialisation,
