@@ -1,20 +1,22 @@
-"""Load and validate claims.toml: every key known, every probe registered, every rule's figure produced."""
+"""Load and validate claims.toml: every key known, every probe registered, every rule's figure produced. A claim
+names its probe (whose declared reads are the claim's ``needs``), or declares its figures as data over one suite
+(:mod:`claims.figures`): then the entry is all there is to the claim."""
 from __future__ import annotations
 
 import tomllib
 from pathlib import Path
 from typing import Any
 
+from claims.figures import parse_chart, parse_figure
 from claims.model import Claim, Published, Rule
-from claims.probes import load_all
+from claims.probes import PROBE_READS, load_all
 from claims.rules import TESTS
 from harness.contract.errors import BenchInputError
 
 
 CATALOG = Path(__file__).with_name("claims.toml")
-CLAIM_KEYS = {"section", "title", "quote", "where", "probe", "rules", "document_figure", "published", "units", "needs",
-              "added", "own_question",
-              "evidence"}
+CLAIM_KEYS = {"section", "title", "quote", "where", "probe", "rules", "document_figure", "published", "units",
+              "added", "own_question", "evidence", "suite", "figures", "chart"}
 RULE_KEYS = {"figure", "test", "says", "lo", "hi", "value", "rel_tol", "central", "device", "power", "context",
              "processes"}
 DEVICES = ("", "cpu", "cuda")          # a rule only a run on that device decides ("" = any)
@@ -65,12 +67,27 @@ def load_catalog(path: Path = CATALOG) -> list[Claim]:
         unknown = set(raw) - CLAIM_KEYS
         if unknown:
             raise BenchInputError(f"unknown key(s) {sorted(unknown)}", where=cid)
-        for key in ("section", "title", "quote", "where", "probe", "rules"):
+        for key in ("section", "title", "quote", "where", "rules"):
             if key not in raw:
                 raise BenchInputError(f"missing {key!r}", where=cid)
-        if raw["probe"] not in probes:
-            raise BenchInputError(f"unknown probe {raw['probe']!r}", where=cid)
-        figures = probes[raw["probe"]][1]
+        declared, chart = (), None
+        if ("probe" in raw) == ("figures" in raw or "suite" in raw):
+            raise BenchInputError("give either a probe, or a suite and the figures declared over it", where=cid)
+        if "probe" in raw:
+            if raw["probe"] not in probes:
+                raise BenchInputError(f"unknown probe {raw['probe']!r}", where=cid)
+            if "chart" in raw:
+                raise BenchInputError("chart belongs to declared figures (a probe draws its own)", where=cid)
+            figures, needs = probes[raw["probe"]][1], PROBE_READS[raw["probe"]]
+        else:
+            if not isinstance(raw.get("suite"), str) or not isinstance(raw.get("figures"), list) or not raw["figures"]:
+                raise BenchInputError("declared figures need suite = \"NAME\" and a non-empty list figures = [...]",
+                                      where=cid)
+            declared = tuple(parse_figure(f, f"{cid}.figures") for f in raw["figures"])
+            figures, needs = tuple(f.name for f in declared), (f"suite {raw['suite']}",)
+            if len(set(figures)) != len(figures):
+                raise BenchInputError("a declared figure's name is given twice", where=f"{cid}.figures")
+            chart = parse_chart(raw["chart"], f"{cid}.chart") if "chart" in raw else None
         rules = tuple(_rule(cid, r, figures) for r in raw["rules"])
         heads = [r.device for r in rules if r.central]
         if not heads:
@@ -84,12 +101,12 @@ def load_catalog(path: Path = CATALOG) -> list[Claim]:
             raise BenchInputError(f"evidence {raw['evidence']!r} is not one of {', '.join(EVIDENCE)}", where=cid)
         claims.append(Claim(
             id=cid, title=raw["title"], quote=raw["quote"], where=raw["where"], section=raw["section"],
-            probe=raw["probe"], rules=rules,
+            probe=raw.get("probe", ""), rules=rules,
             document_figure=raw.get("document_figure", ""),
             published=tuple(Published(p["label"], p["value"]) for p in raw.get("published", [])),
-            units=raw.get("units", ""), needs=tuple(raw.get("needs", [])),
+            units=raw.get("units", ""), needs=needs,
             added=bool(raw.get("added", False)), own_question=raw.get("own_question", ""),
-            evidence=raw.get("evidence", "measured")))
+            evidence=raw.get("evidence", "measured"), suite=raw.get("suite", ""), declared=declared, chart=chart))
     return sorted(claims, key=lambda c: c.id)
 
 

@@ -1,6 +1,7 @@
 """How long `bench claims` will take, claim by claim (``bench claims --list``), before anything is measured.
 
-A claim costs its probe's own computation plus the suites and experiments it needs (``needs`` in claims.toml);
+A claim costs its probe's own computation plus the suites and experiments it needs (what its probe declares it
+reads, ``@probe(..., reads=...)``, or the suite its declared figures read);
 a suite or experiment several claims read is measured once, so the total counts each piece once. Each piece's
 seconds come, in this order, from:
 
@@ -42,9 +43,9 @@ def load_timings(path: Path = TIMINGS) -> dict[str, float]:
 
 
 def pieces_of(claim: Claim, device: str = "cpu") -> list[str]:
-    """The pieces a claim needs on ``device``: its probe, and each "suite X" / "experiment Y" of ``needs`` (an
-    entry marked "(cuda)" only on a CUDA device)."""
-    out = [f"probe {claim.probe}"]
+    """The pieces a claim needs on ``device``: its probe (or the claim, for declared figures), and each "suite X" /
+    "experiment Y" it needs (one marked "(cuda)" only on a CUDA device)."""
+    out = [f"probe {claim.source}"]
     for need in claim.needs:
         text = need.strip()
         if text.endswith("(cuda)"):
@@ -53,7 +54,7 @@ def pieces_of(claim: Claim, device: str = "cpu") -> list[str]:
             text = text[: -len("(cuda)")].strip()
         kind, _, name = text.partition(" ")
         if kind in ("suite", "experiment") and name:
-            out.append(f"{kind} {name.replace('claims/', 'claims_')}")     # claims/gpu_rate: suite claims_gpu_rate
+            out.append(f"{kind} {name}")
     return out
 
 

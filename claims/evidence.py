@@ -40,6 +40,17 @@ def experiments_code_hash() -> str:
     return h.hexdigest()[:16]
 
 
+class UndeclaredRead(RuntimeError):
+    """A probe read a suite or experiment its ``@probe(..., reads=...)`` does not declare."""
+
+
+def read_name(read: str) -> str:
+    """"suite heads (cuda)" -> "suite heads": the piece a declared read names, without its device mark."""
+    kind, _, rest = read.strip().partition(" ")
+    rest = rest.removesuffix("(cuda)").strip()
+    return f"{kind} {rest}" if rest and " " not in rest else ""
+
+
 @dataclass
 class Context:
     """What a probe may ask for. Every suite/experiment is measured at most once per context."""
@@ -56,6 +67,8 @@ class Context:
     force: bool = False                    # decide timing rules even when the machine was busy
     processes: int = 1                     # fresh worker processes per suite case (harness.engine.replicate)
     max_processes: int = 1                 # up to this many where a timed group's interval is still wide
+    reading: tuple[str, tuple[str, ...]] | None = None   # (probe, the reads it declares) while a probe runs:
+                                                          # a read it does not declare is an UndeclaredRead
     _suites: dict[tuple, tuple[RunRecord, list[CaseRecord]]] = field(default_factory=dict)
     _experiments: dict[str, dict[str, Any]] = field(default_factory=dict)
     _experiment_provenance: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -86,10 +99,12 @@ class Context:
             sets.setdefault("device", self.device)
         key = (name, tuple(sorted(sets.items())))
         if key in self._suites:
+            self.check_read(f"suite {self._suites[key][0].suite}")
             self.provenance.append(self._run_provenance(*self._suites[key]))
             return self._suites[key]
         t0 = time.perf_counter()
         suite, cases, reads = self.plan_suite(name, sets)
+        self.check_read(f"suite {suite.name}")
         procs = max(self.processes, reads.processes)          # a deciding timing rule's cases: over processes
         most = max(self.max_processes, procs)
         run = None if self.fresh else self.stored_suite(suite.name, sets, {c.key for c in cases}, reads.peak,
@@ -118,6 +133,16 @@ class Context:
             "cases": was["cases"] + len(cases), "run": run.id}
         self.provenance.append(self._run_provenance(*result))
         return result
+
+    def check_read(self, piece: str) -> None:
+        """Raise :class:`UndeclaredRead` when the running probe reads ``piece`` ("suite X", "experiment Y") without
+        declaring it (``@probe(..., reads=...)``): the declaration is the one list of what a claim needs."""
+        if self.reading is None:
+            return
+        name, declared = self.reading
+        if piece not in {read_name(r) for r in declared}:
+            raise UndeclaredRead(f"probe {name} read {piece}, which it does not declare "
+                                 f"(reads = {', '.join(declared) or 'nothing'})")
 
     def plan_suite(self, name: str, sets: dict[str, Any]) -> tuple[Any, list[Any], Any]:
         """Suite ``name`` at this size with ``sets``, the cases some rule reads (claims/reads.toml) and those reads."""
@@ -163,6 +188,7 @@ class Context:
 
     def experiment(self, module: str) -> dict[str, Any]:
         """``claims.experiments.<module>.run(quick, seeds)``'s result (stored, then reused)."""
+        self.check_read(f"experiment {module}")
         if module in self._experiments:
             self.provenance.append(self._experiment_provenance[module])
             return self._experiments[module]

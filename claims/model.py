@@ -143,18 +143,27 @@ class Claim:
     quote: str                             # the document's words
     where: str                             # which document and part
     section: str
-    probe: str                             # the evidence function that turns runs/experiments into figures
+    probe: str                             # the evidence function that turns runs/experiments into figures ("":
+                                           # its figures are declared as data, ``declared``, over ``suite``)
     rules: tuple[Rule, ...]
     document_figure: str = ""              # the number the document gives, if any
     published: tuple[Published, ...] = ()
     units: str = ""                        # where the document mixes units, what we measured instead
-    needs: tuple[str, ...] = ()            # suites / experiments it draws on (for the report)
+    needs: tuple[str, ...] = ()            # suites / experiments it draws on: what its probe declares it reads
     added: bool = False                    # found in the documents by us, not listed in CLAIMS.md
     own_question: str = ""                 # not a sentence of the documents: the project's own question, and
                                            # where it comes from (the literature it is drawn from)
     evidence: str = "measured"             # "measured": its central rule must read a figure this run produced;
                                            # "quoted": out of reach here (e.g. a published training run), its
                                            # central rule may read quoted figures — and it can never read supported
+    suite: str = ""                        # with ``declared``: the one suite run its declared figures read
+    declared: tuple[Any, ...] = ()         # claims.figures.FigureSpec: figures declared as data (no probe)
+    chart: Any = None                      # claims.figures.ChartSpec of a claim with declared figures, or None
+
+    @property
+    def source(self) -> str:
+        """What produces its figures, as run once and timed: its probe, or the claim itself (declared figures)."""
+        return self.probe or self.id
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,9 @@ from dataclasses import replace
 from claims.model import Evidence, Figure, Outcome, Rule, quoted_part
 
 TESTS = ("within", "at_least", "at_most", "equals", "is_true")
+HEADLINE_PROCESSES = 3
+"""The fresh worker processes a timing's interval must cover before it decides a claim's central rule (the process
+is the unit of replication: harness.analysis.process_stats), whether or not the rule says ``processes``."""
 
 
 def _fmt(x: float | None) -> str:
@@ -16,7 +19,9 @@ def _fmt(x: float | None) -> str:
 
 def check(rule: Rule, fig: Figure, force: bool = False) -> Outcome:
     """Apply one rule to one figure. A timing measured while other processes loaded the machine
-    (``fig.busy``) decides nothing: the rule is undecided ("machine busy") unless ``force``."""
+    (``fig.busy``) decides nothing: the rule is undecided ("machine busy") unless ``force``. A timing decides only
+    over an interval covering the processes the rule asks (``processes``), and a central rule's over at least
+    :data:`HEADLINE_PROCESSES`."""
     if fig.value is None or (isinstance(fig.value, float) and math.isnan(fig.value)):
         return Outcome(rule, "unavailable", f"{rule.figure}: no value ({fig.note or 'not measured'})", fig)
     if fig.busy and not force:
@@ -24,10 +29,11 @@ def check(rule: Rule, fig: Figure, force: bool = False) -> Outcome:
                        fig)
     level = (f" (interval over {fig.processes} process{'es' if fig.processes > 1 else ''})" if fig.processes
              else "")
-    if rule.processes and fig.processes < rule.processes:
+    need = max(rule.processes, HEADLINE_PROCESSES if rule.central and fig.processes else 0)
+    if need and fig.processes < need:
         return Outcome(rule, "unsure", f"{rule.figure} {fig.text()}{level or ' (a timing of unknown level)'}: this "
-                                       f"rule decides only over ≥ {rule.processes} processes (bench claims "
-                                       f"--processes {rule.processes}) — not decided", fig)
+                                       f"rule decides only over ≥ {need} processes (bench claims "
+                                       f"--processes {need}) — not decided", fig)
     if rule.test == "is_true":
         # a yes/no read at both ends of an interval (e.g. dominance with each latency at either end of its 95%
         # interval): yes at both passes, no at both fails, yes at one end only is undecided

@@ -120,7 +120,7 @@ def claims(quick: bool, only: str | None, output: str, markdown: str | None, sto
     if torn:
         err.print(f"[yellow]devices disagree on rules of {', '.join(torn)}[/]: those rules read unsure, "
                   "both outcomes in their detail", highlight=False)
-    failed = {v.claim.probe: v.evidence.failed for v in measured if v.evidence.failed}
+    failed = {v.claim.source: v.evidence.failed for v in measured if v.evidence.failed}
     if failed:
         for name, why in failed.items():
             err.print(f"[red]probe {name} failed[/]: {why}", highlight=False)
@@ -143,7 +143,8 @@ def list_claims(chosen: list[Claim], store_url: str | None, quick: bool, fresh: 
     per, total, unknown = estimate(chosen, ctx, device)
     for c in chosen:
         out.print(f"{c.id}  {c.title}  [bold]{minutes(per[c.id])}[/]  "
-                  f"[dim]({c.probe}: {', '.join(c.needs) or 'computed directly'})[/]", highlight=False, soft_wrap=True)
+                  f"[dim]({c.probe or 'figures declared in the catalog'}: {', '.join(c.needs) or 'computed directly'})[/]",
+                  highlight=False, soft_wrap=True)
     size = "--quick sizes" if quick else "full sizes (the table's seconds are --quick's: a lower bound)"
     stored = sorted({p.name for ps in per.values() for p in ps if p.source == "stored"})
     err.print(f"estimated {total / 60:.1f} min for {len(chosen)} claims at {size}, each suite and experiment "

@@ -7,7 +7,8 @@
 - ``claims/verdicts.md``: the newest stored claims run, ``docs/evidence/claims-*.json`` (its date and commit);
 - ``development/changelog.md``: ``CHANGELOG.md``;
 - the ``<!-- import-contracts -->`` marker of a page: ``[tool.importlinter]`` of ``pyproject.toml``;
-- a ``<!-- metrics: NAME, NAME -->`` marker: those metrics' rows of the metric catalog.
+- a ``<!-- metrics: NAME, NAME -->`` marker: those metrics' rows of the metric catalog;
+- a ``<!-- claims: count|added|own_question|declared -->`` marker: that fact of ``claims/claims.toml``.
 
 The CLI reference is ``reference/cli.md``'s ``::: mkdocs-click`` block (the click commands themselves).
 
@@ -124,7 +125,10 @@ def claims_catalog_page() -> str:
         mark = "⁺" if c.get("added") else ""
         out.append(f"\n### {cid}{mark} {c['title']}\n\n")
         out.append(f"> {c['quote']}\n\n")
-        out.append(f"*{c['where']}* · probe `{c['probe']}`"
+        source = (f"probe `{c['probe']}`" if c.get("probe") else
+                  f"figures declared here over suite `{c['suite']}`: "
+                  + ", ".join(f"`{f['name']}` ({f['kind']} of `{f['metric']}`)" for f in c["figures"]))
+        out.append(f"*{c['where']}* · {source}"
                    + (f" · document's figure: {c['document_figure']}" if c.get("document_figure") else "") + "\n\n")
         rows = [(("★ " if r.get("central") else "") + f"`{r['figure']}`", _rule_text(r), r.get("device", "any"),
                  r["says"]) for r in c["rules"]]
@@ -195,6 +199,32 @@ def metrics_table(names: str) -> str:
 GENERATED = {"reference/metrics.md": metrics_page, "reference/suites.md": suites_page,
              "reference/architectures.md": architectures_page, "claims/catalog.md": claims_catalog_page,
              "claims/verdicts.md": verdicts_page, "development/changelog.md": changelog_page}
+def _ids(ids: list[str]) -> str:
+    """Claim ids as runs: C31–C48, C50."""
+    nums = sorted(int(i[1:]) for i in ids)
+    runs: list[list[int]] = []
+    for n in nums:
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return ", ".join(f"C{r[0]:02d}" + (f"–C{r[-1]:02d}" if len(r) > 1 else "") for r in runs)
+
+
+def claims_fact(what: str) -> str:
+    """A ``<!-- claims: WHAT -->`` marker's text, from ``claims/claims.toml``: ``count`` (how many claims),
+    ``added`` (the ids found beyond the original list), ``own_question`` (the ids that are the project's own
+    question, with "is"/"are"), ``declared`` (the ids whose figures are declared in the catalog, no probe)."""
+    catalog = tomllib.loads((ROOT / "claims" / "claims.toml").read_text())
+    if what == "count":
+        return str(len(catalog))
+    pick = {"added": lambda c: c.get("added"), "own_question": lambda c: c.get("own_question"),
+            "declared": lambda c: "figures" in c}[what]
+    ids = [cid for cid, c in catalog.items() if pick(c)]
+    text = _ids(ids)
+    return f"{text} {'is' if len(ids) == 1 else 'are'}" if what == "own_question" else text
+
+
 MARKERS = {"<!-- import-contracts -->": import_contracts}
 
 
@@ -213,6 +243,7 @@ def on_page_markdown(markdown, page, config, files):  # noqa: ANN001, ANN201
     for marker, make in MARKERS.items():
         if marker in markdown:
             markdown = markdown.replace(marker, make())
+    markdown = re.sub(r"<!-- claims: (\w+) -->", lambda m: claims_fact(m.group(1)), markdown)
     return re.sub(r"<!-- metrics: ([^>]*) -->", lambda m: metrics_table(m.group(1)), markdown)
 
 

@@ -39,16 +39,17 @@ GFLOPS = {"vit-b16": 35.1e9, "resnet50": 8.2e9}            # forward FLOPs per i
 
 # -- C23 on a GPU: each model's best batch, timed side by side --------------------------------------------
 def rate_rows(ms: dict[tuple[str, int], float], compile_mode: str) -> list:
-    """Records of the GPU rate suite (quick) as if measured on a GPU: 5 rounds of 2 samples, one group."""
+    """Records of the GPU rate suite (quick) as if measured on a GPU in 3 worker processes (claims/reads.toml):
+    6 rounds of 2 samples, 2 rounds a process, one group."""
     suite = load_suite(GPU_RATE_SUITE, quick=True, sets={"device": "cuda", "threads": 1, "compile": compile_mode})
     rows = []
     for i, case in enumerate(suite.cases):
         b = case.workload.batch_size
         t = ms[(case.arch, b)] / 1e3
-        samples = [t * (1 + 0.01 * ((i + r) % 3 - 1)) for r in range(5) for _ in range(2)]   # a little drift
-        rows.append(replace(case.record("ok", metrics={"median_ms": t * 1e3, "flops": GFLOPS[case.arch] * b},
-                                        samples_s=samples),
-                            run_id=f"run-{compile_mode}", group="g", rounds=(2, 2, 2, 2, 2)))
+        samples = [t * (1 + 0.01 * ((i + r) % 3 - 1)) for r in range(6) for _ in range(2)]   # a little drift
+        rows.append(replace(case.record("ok", metrics={"median_ms": t * 1e3, "flops": GFLOPS[case.arch] * b,
+                                                       "n_processes": 3.0}, samples_s=samples),
+                            run_id=f"run-{compile_mode}", group="g", rounds=(2,) * 6))
     return rows
 
 
@@ -88,7 +89,8 @@ def test_gpu_rates_take_each_models_best_batch_and_name_the_mode():
     head, eager_fig = ev.figures["gpu_vit_over_resnet_rate"], ev.figures["gpu_vit_over_resnet_rate_eager"]
     assert head.value == pytest.approx(best[True], rel=0.02) and head.mode == f"compiled ({COMPILED})"
     assert eager_fig.value == pytest.approx(best[False], rel=0.02) and eager_fig.mode == "eager"
-    assert head.has_interval and "timed side by side (5 paired rounds)" in head.note          # paired, not two medians
+    assert head.has_interval and "timed side by side (3 paired processes)" in head.note      # paired, not two medians
+    assert head.processes == 3
     assert "batch 256" in head.note and "batch 64" in head.note
     assert ev.figures["gpu_vit_tflops_eager"].value == pytest.approx(GFLOPS["vit-b16"] * 256 / 25e-3 / 1e12)
     outcome = decide(CATALOG["C23"], ev, device="cuda").outcomes[-1]
@@ -127,7 +129,8 @@ def test_flash_memory_ratio_at_the_largest_n_both_ran_naming_the_backend():
 # -- merging a CPU verdict set with a CUDA one -------------------------------------------------------------
 def cpu_c23():
     ev = Evidence(figures={"vit_over_resnet_rate": Figure(1.5, 1.4, 1.6), "vit_over_resnet_rate_batch": Figure(1.3),
-                           "vits_over_resnet_rate": Figure(1.4, 1.3, 1.5), "vits_over_resnet_rate_batch": Figure(1.3),
+                           "vits_over_resnet_rate": Figure(1.4, 1.3, 1.5, processes=3),
+                           "vits_over_resnet_rate_batch": Figure(1.3),
                            "swin_over_resnet_latency": Figure(0.8), "vit_peak_share": Figure(0.2)},
                   unavailable={"gpu_vit_over_resnet_rate": "needs a GPU"}, notes=["cpu note"], sources=["cpu-run"])
     return decide(CATALOG["C23"], ev, device="cpu")

@@ -7,6 +7,7 @@ counted crossing in a window that held the known answer, and a crossing interval
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -94,16 +95,18 @@ def test_c09_the_window_that_sees_every_key_beats_uniform_measured():
 
 # -- C05: like for like, at every n < d -------------------------------------------------------------
 def _layer_rows(att_ms: dict[int, float], lstm_ms: dict[int, float], d: int = 256) -> list:
-    """attention-layer and lstm-small records at width d, timed side by side (one group per n), with the
-    counted MACs of the two layers' formulas (the probe reads the stored counts)."""
+    """attention-layer and lstm-small records at width d, timed side by side (one group per n) in 3 worker
+    processes (3 rounds each: C05's headline decides only over processes), with the counted MACs of the two
+    layers' formulas (the probe reads the stored counts)."""
     from harness.contract.records import CaseRecord
     rows = []
     for n in sorted(att_ms):
         for arch, ms, macs in (("attention-layer", att_ms[n], 4 * n * d * d + 2 * n * n * d),
                                ("lstm-small", lstm_ms[n], 8 * n * d * d)):
-            drift = (1.0, 1.02, 0.98, 1.01, 0.99, 1.0, 1.03, 0.97)
+            drift = (1.0, 1.02, 0.98, 1.01, 0.99, 1.0, 1.03, 0.97, 1.01)
             rows.append(CaseRecord(f"{arch}-{n}", "s", arch, arch, "ok", config={"d_model": d},
-                                   workload={"seq_len": n}, metrics={"median_ms": ms, "macs": float(macs)},
+                                   workload={"seq_len": n},
+                                   metrics={"median_ms": ms, "macs": float(macs), "n_processes": 3.0},
                                    samples_s=tuple(ms / 1e3 * x for x in drift for _ in range(3)), run_id="r",
                                    rounds=(3,) * len(drift), group=f"g{n}"))
     return rows
@@ -118,7 +121,9 @@ def test_c05_central_rule_tests_every_n_below_d_and_fails_when_attention_is_slow
     assert rule.central and rule.test == "at_most" and rule.hi == 1.0
     macs, lat = cost.worst_below_d(fast, ds=(256,))
     assert macs.value == pytest.approx(0.5 + 128 / (4 * 256)) and macs.n == 3      # n = 32, 64, 128 (< d)
-    assert lat.has_interval and lat.value < 1 and check(rule, lat).status == "pass"
+    assert lat.has_interval and lat.value < 1 and lat.processes == 3 and check(rule, lat).status == "pass"
+    one = [dataclasses.replace(r, metrics={**r.metrics, "n_processes": 1.0}) for r in fast]
+    assert check(rule, cost.worst_below_d(one, ds=(256,))[1]).status == "unsure"      # one process decides nothing
     assert check(_rule("C05", "mac_ratio_max_below_d"), macs).status == "pass"
     _, slow = cost.worst_below_d(slow_at_half_d, ds=(256,))
     assert slow.value > 1 and "n=128" in slow.note and check(rule, slow).status == "fail"
@@ -153,7 +158,7 @@ def test_c05_counted_crossing_rule_is_not_a_window_around_the_known_answer():
             "measured_crossover": cost.smaller_crossing({256: (math.inf, [], [0.125, 2.0])}),
             "mac_crossover_layer": Figure(2.0, 1.9, 2.1, "× d")}
     assert decide(claim, Evidence(figures=figs)).verdict == "supported"
-    figs["latency_ratio_max_below_d"] = Figure(1.5, 1.3, 1.7, "×")
+    figs["latency_ratio_max_below_d"] = Figure(1.5, 1.3, 1.7, "×", processes=3)
     assert decide(claim, Evidence(figures=figs)).verdict == "contradicted"
 
 

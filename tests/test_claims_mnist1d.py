@@ -45,7 +45,7 @@ def test_a_reduced_reproduction_learns_what_the_paper_reports(data, name, steps,
 def test_the_c46_experiment_runs_small_and_a_stack_learns_more_than_one_layer():
     """The experiment's shape on a small budget (one seed, 300 steps): one Conv1d layer, whose pooled outputs see 5
     of 40 inputs, against a stack of three (13): the stack already learns more."""
-    from claims.probes.round3 import mnist1d_figures
+    from claims.probes.sequence_mixing import mnist1d_figures
     torch.set_num_threads(1)
     res = mnist1d.EXPERIMENT.run(seeds=(0,), setup=replace(mnist1d.SEE_QUICK, steps=300))
     assert res["claim"] == "C46" and set(res["variants"]) == {"conv1", "conv3"}

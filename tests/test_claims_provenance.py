@@ -3,6 +3,8 @@ be a measured claim's headline nor make a verdict "supported" on its own; contex
 verdict's reason names the figures that decided it with their provenance."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from claims.catalog import load_catalog
@@ -129,6 +131,43 @@ def test_c28s_headline_demands_processes_and_its_suite_is_measured_so():
     assert load_reads()["vit_vs_cnn"].processes >= rule.processes
     with pytest.raises(BenchInputError, match="processes must be"):
         parse({"x": {"why": "w", "processes": 0}})
+
+
+def test_a_central_timing_rule_decides_only_over_processes_even_when_it_does_not_say_so():
+    """A headline read from a timing (a figure that says its level) needs an interval over ≥ 3 processes; a
+    non-central rule over the same figure decides at the level it has, and says which."""
+    from claims.rules import HEADLINE_PROCESSES, check
+    one = Figure(0.97, 0.95, 0.99, "×", processes=1)
+    head = Rule("t", "at_most", "no slower", hi=1.0, central=True)
+    o = check(head, one)
+    assert o.status == "unsure" and f"decides only over ≥ {HEADLINE_PROCESSES} processes" in o.detail
+    assert "(interval over 1 process)" in o.detail
+    assert check(head, replace(one, processes=HEADLINE_PROCESSES)).status == "pass"
+    assert check(Rule("t", "at_most", "no slower", hi=1.0), one).status == "pass"
+    assert check(head, Figure(0.97, 0.95, 0.99, "×")).status == "pass"          # not a timing: a count's ratio
+
+
+# The suite whose cases each central timing rule reads (the others are timed in their probe's own code over
+# claims.probes.PROCESSES fresh processes: C19's generation, C34's two attentions).
+TIMED_HEADLINES = {"C05": "attention_vs_lstm", "C10": "kv_cache", "C23": "vit_vs_cnn", "C27": "vit_vs_cnn",
+                   "C28": "vit_vs_cnn"}
+
+
+def test_every_timing_rule_that_demands_processes_reads_a_suite_measured_over_them():
+    from claims.probes import PROCESSES
+    from claims.reads import load_reads
+    reads = load_reads()
+    demanding = {c.id: c for c in load_catalog() if any(r.processes for r in c.rules)}
+    assert set(TIMED_HEADLINES) <= set(demanding)
+    for cid, claim in demanding.items():
+        need = max(r.processes for r in claim.rules)
+        if cid in TIMED_HEADLINES:
+            assert f"suite {TIMED_HEADLINES[cid]}" in claim.needs, cid
+            assert reads[TIMED_HEADLINES[cid]].processes >= need, cid
+        elif cid in ("C11",):                       # C10's figure, read from the same kv_cache run
+            assert reads["kv_cache"].processes >= need
+        else:
+            assert cid in ("C19", "C34") and PROCESSES >= need, cid
 
 
 def test_probe_modules_are_discovered_from_the_package_not_a_kept_list():

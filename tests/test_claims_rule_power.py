@@ -106,7 +106,7 @@ def test_merged_devices_whose_central_rules_disagree_read_partly_supported():
     claim = CATALOG["C23"]
     cpu_head = next(r for r in claim.rules if r.central and r.device == "cpu")
     gpu_head = next(r for r in claim.rules if r.central and r.device == "cuda")
-    cpu = decide(claim, Evidence(figures={cpu_head.figure: Figure(1.02, 0.98, 1.06)}), device="cpu")
+    cpu = decide(claim, Evidence(figures={cpu_head.figure: Figure(1.02, 0.98, 1.06, processes=3)}), device="cpu")
     gpu = decide(claim, Evidence(figures={gpu_head.figure: Figure(2.0, 1.9, 2.1)}), device="cuda")
     assert cpu.verdict == "contradicted" and "central on cpu" in cpu.reason
     (m,) = merge_runs([cpu], [gpu])

@@ -10,7 +10,7 @@ import torch
 from claims.catalog import load_catalog
 from claims.experiments import residual as residual_exp
 from claims.model import Evidence, Figure
-from claims.probes import round3
+from claims.probes import data_scale, inductive_bias, sequence_mixing, training
 from claims.verdicts import decide
 
 CLAIMS = {c.id: c for c in load_catalog()}
@@ -18,8 +18,8 @@ CLAIMS = {c.id: c for c in load_catalog()}
 
 @pytest.fixture(scope="module")
 def direct() -> dict[str, Evidence]:
-    return {"inductive_bias": round3.inductive_bias(None), "swin_windows": round3.swin_windows(None),
-            "three_ways": round3.three_ways(None)}
+    return {"inductive_bias": inductive_bias.inductive_bias(None), "swin_windows": inductive_bias.swin_windows(None),
+            "three_ways": sequence_mixing.three_ways(None)}
 
 
 @pytest.mark.parametrize("cid, probe, expected", [("C44", "inductive_bias", "partly supported"),
@@ -28,8 +28,8 @@ def direct() -> dict[str, Evidence]:
 def test_direct_claims_decided(cid, probe, expected, direct):
     ev = direct[probe]
     if cid == "C46":                           # its MNIST-1D figures come from a trained experiment (stubbed here)
-        assert set(ev.unavailable) == set(round3.MNIST1D_FIGURES)
-        ev = Evidence(figures={**ev.figures, **round3.mnist1d_figures(_mnist1d_result([0.62, 0.66, 0.64],
+        assert set(ev.unavailable) == set(sequence_mixing.MNIST1D_FIGURES)
+        ev = Evidence(figures={**ev.figures, **sequence_mixing.mnist1d_figures(_mnist1d_result([0.62, 0.66, 0.64],
                                                                                       [0.91, 0.93, 0.9]))})
     v = decide(CLAIMS[cid], ev)
     assert v.verdict == expected, v.reason
@@ -42,8 +42,8 @@ def _mnist1d_result(conv1: list[float], conv3: list[float]) -> dict:
 
 
 def test_c46s_learning_rules_fail_when_one_layer_learns_as_much():
-    ev = round3.three_ways(None)
-    f = round3.mnist1d_figures(_mnist1d_result([0.9, 0.92, 0.91], [0.91, 0.93, 0.9]))
+    ev = sequence_mixing.three_ways(None)
+    f = sequence_mixing.mnist1d_figures(_mnist1d_result([0.9, 0.92, 0.91], [0.91, 0.93, 0.9]))
     assert f["mnist1d_stack_gain"].unit == "accuracy (fraction)" and "sees 5 of 40" in f["mnist1d_stack_gain"].note
     v = decide(CLAIMS["C46"], Evidence(figures={**ev.figures, **f}))
     assert v.verdict == "partly supported" and "a stack of three Conv1d" in v.reason.split("does not hold:")[1]
@@ -54,7 +54,7 @@ def test_a_real_cnn_breaks_shift_equivariance_by_subsampling(direct):
     total stride (32 px) does not — the break is the subsampling (Azulay & Weiss 2019; Zhang 2019). C44 says so."""
     f = direct["inductive_bias"].figures
     assert f["resnet_shift_error_1px"].value > 1e-2 and f["resnet_shift_error_stride"].value < 1e-5
-    assert round3.resnet_shift_error(64) < 1e-5 and round3.resnet_shift_error(16) > 1e-3
+    assert inductive_bias.resnet_shift_error(64) < 1e-5 and inductive_bias.resnet_shift_error(16) > 1e-3
     v = decide(CLAIMS["C44"], direct["inductive_bias"])
     assert "resnet18 (strides, max pooling)" in v.reason.split("does not hold:")[1]
 
@@ -65,13 +65,13 @@ def test_receptive_fields_match_the_arithmetic(direct):
     f = direct["three_ways"].figures
     assert f["conv1d_layers_to_see_all"].value == 63
     assert f["conv1d_one_layer_share"].value == pytest.approx(3 / 64)
-    assert round3.conv1d_layers_to_see_all(16, k=5)[0] == 8          # (16 − 1) / 2 rounded up
+    assert sequence_mixing.conv1d_layers_to_see_all(16, k=5)[0] == 8          # (16 − 1) / 2 rounded up
 
 
 def test_a_kernel_spanning_the_sequence_fails_c46(direct):
     """A deliberately wrong "convolution" whose kernel covers the whole sequence sees it all in one layer:
     the central rule fails."""
-    layers, share = round3.conv1d_layers_to_see_all(32, k=65)
+    layers, share = sequence_mixing.conv1d_layers_to_see_all(32, k=65)
     assert (layers, share) == (1, 1.0)
     ev = Evidence(figures={**direct["three_ways"].figures, "conv1d_layers_to_see_all": Figure(float(layers))})
     assert decide(CLAIMS["C46"], ev).verdict == "contradicted"
@@ -82,7 +82,7 @@ def test_swin_windows_geometry_and_a_wrong_partition(direct):
     assert f["wmsa_windows_reached"].value == 1 and "16 tokens changed" in f["wmsa_outside_change"].note
     assert f["pair_windows_reached"].value == 4                      # token (3, 3) borders the 4 windows' corner
     # a first block that already shifts is not W-MSA over the regular partition: the token leaves its window
-    n, wins, outside = round3.swin_reach((2,))
+    n, wins, outside = inductive_bias.swin_reach((2,))
     assert wins > 1 and outside > 0
     ev = Evidence(figures={**f, "wmsa_outside_change": Figure(outside)})
     assert decide(CLAIMS["C45"], ev).verdict == "contradicted"
@@ -118,14 +118,14 @@ def _result(plain_deep: list[float]) -> dict:
 
 
 def test_residual_probe_decides_and_can_fail():
-    ev = round3.residual(_Ctx(_result([2.77, 2.775, 2.776])))        # type: ignore[arg-type]
+    ev = training.residual(_Ctx(_result([2.77, 2.775, 2.776])))        # type: ignore[arg-type]
     assert decide(CLAIMS["C43"], ev).verdict == "supported"
     assert ev.figures["loss_gap_plain_minus_residual"].value == pytest.approx((0.77 + 0.875 + 0.676) / 3)
     # a plain stack that trains as well as the residual one: the claim fails
-    ev = round3.residual(_Ctx(_result([2.0, 1.9, 2.1])))             # type: ignore[arg-type]
+    ev = training.residual(_Ctx(_result([2.0, 1.9, 2.1])))             # type: ignore[arg-type]
     assert decide(CLAIMS["C43"], ev).verdict == "contradicted"
     # a seed that diverged (None) is left out of the interval, not counted as 0
-    ev = round3.residual(_Ctx(_result([None, 2.775, 2.776])))        # type: ignore[arg-type]
+    ev = training.residual(_Ctx(_result([None, 2.775, 2.776])))        # type: ignore[arg-type]
     assert ev.figures["loss_gap_plain_minus_residual"].n == 2
 
 
@@ -145,7 +145,7 @@ def test_residual_experiment_runs_small():
     from dataclasses import replace
     s = replace(residual_exp.QUICK, deep=3, shallow=1, steps=3, warmup=1, held_out=16, grad_batch=8, batch=8)
     res = residual_exp.EXPERIMENT.run(seeds=(0,), setup=s)
-    ev = round3.residual(_Ctx({**res, "data_description": residual_exp.DATA}))   # type: ignore[arg-type]
+    ev = training.residual(_Ctx({**res, "data_description": residual_exp.DATA}))   # type: ignore[arg-type]
     assert set(ev.figures) >= {"loss_gap_plain_minus_residual", "first_grad_ratio_residual_over_plain"}
 
 
@@ -153,11 +153,10 @@ def test_residual_experiment_runs_small():
 def test_every_quoted_figure_of_c47_and_c48_names_its_source_and_decides_no_measured_headline(monkeypatch):
     """Over the provenance field, not the figure's name: each published figure carries its source, and none is
     the central figure of a measured claim (tests/test_claims_provenance.py: such a rule decides nothing)."""
-    from claims.probes import cost, training
-    monkeypatch.setattr(training, "small_data", lambda ctx: Evidence(unavailable={"gap_slope": "no run",
+    monkeypatch.setattr(data_scale, "small_data", lambda ctx: Evidence(unavailable={"gap_slope": "no run",
                                                                                   "gap_closes_at": "no run"}))
-    monkeypatch.setattr(cost, "fake_metrics", lambda arch, w: {"macs": 170e9, "params": 9e8})
-    for cid, ev in (("C47", round3.vit_data_scale(None)), ("C48", round3.vit_tpu_days(None))):  # type: ignore[arg-type]
+    monkeypatch.setattr(data_scale, "fake_metrics", lambda arch, w: {"macs": 170e9, "params": 9e8})
+    for cid, ev in (("C47", data_scale.vit_data_scale(None)), ("C48", data_scale.vit_tpu_days(None))):  # type: ignore[arg-type]
         quoted = {k: f for k, f in ev.figures.items() if f.kind == "quoted"}
         assert quoted and all(f.quoted for f in quoted.values()), cid
         for rule in CLAIMS[cid].rules:
@@ -173,29 +172,27 @@ def _small(slope: float, parity: float):
 def test_c47_is_out_of_reach_here_whatever_the_small_data_and_the_quotes_say(monkeypatch):
     """The ordering between 1.3 M, 14 M and 300 M images is measured nowhere here: the small-data experiment
     and the published gaps are context, so neither a shrinking gap nor agreeing quotes make it supported."""
-    from claims.probes import training
     for slope, parity in ((-0.08, 6.5e3), (0.05, 1e9)):
-        monkeypatch.setattr(training, "small_data", _small(slope, parity))
-        ev = round3.vit_data_scale(None)                                 # type: ignore[arg-type]
+        monkeypatch.setattr(data_scale, "small_data", _small(slope, parity))
+        ev = data_scale.vit_data_scale(None)                                 # type: ignore[arg-type]
         assert ev.figures["quoted_gap_imagenet1k"].value == pytest.approx(76.53 - 81.30)
         assert ev.figures["quoted_gap_jft300m"].unit == "percentage points of top-1"
         v = decide(CLAIMS["C47"], ev)
         assert v.verdict == "inconclusive", v.reason
         assert "out of reach here" in v.reason and "context (does not decide)" in v.reason
     assert "parity near 6,500 images" not in v.reason
-    monkeypatch.setattr(training, "small_data", _small(-0.08, 6.5e3))
-    assert "parity near 6,500 images" in decide(CLAIMS["C47"], round3.vit_data_scale(None)).reason  # type: ignore[arg-type]
+    monkeypatch.setattr(data_scale, "small_data", _small(-0.08, 6.5e3))
+    assert "parity near 6,500 images" in decide(CLAIMS["C47"], data_scale.vit_data_scale(None)).reason  # type: ignore[arg-type]
 
 
 def test_c48_computes_the_cause_from_the_papers_figures(monkeypatch):
     """BiT-L's 40 epochs of a model with ~183 GMACs per image against ViT-H/14's 14 epochs of ~167 GMACs:
     ~3.1× the compute, leaving ~1.27× of the 3.96× TPU-days to hardware — most of the gap is more epochs.
     The counted ViT-H/14 compute reproduces the paper's 4,262 exaFLOPs."""
-    from claims.probes import cost
     counted = {"vit-h14": {"macs": 167.3e9, "params": 632e6}, "timm:resnetv2_152x4_bit": {"macs": 182.8e9,
                                                                                           "params": 936e6}}
-    monkeypatch.setattr(cost, "fake_metrics", lambda arch, w: counted[arch])
-    ev = round3.vit_tpu_days(None)
+    monkeypatch.setattr(data_scale, "fake_metrics", lambda arch, w: counted[arch])
+    ev = data_scale.vit_tpu_days(None)
     f = ev.figures
     assert f["quoted_tpu_days_ratio"].value == pytest.approx(9.9 / 2.5)
     assert f["compute_ratio_bit_over_vit"].value == pytest.approx(40 * 182.8 / (14 * 167.3))
@@ -208,14 +205,14 @@ def test_c48_computes_the_cause_from_the_papers_figures(monkeypatch):
     assert "hardware_log_share (quoted)" in v.reason and "more epochs" in f["hardware_log_share"].note
     # the document's cause, had the runs cost the same compute: the papers would agree — still never supported
     counted["timm:resnetv2_152x4_bit"] = {"macs": 14 / 40 * 167.3e9, "params": 936e6}
-    v = decide(CLAIMS["C48"], round3.vit_tpu_days(None))
+    v = decide(CLAIMS["C48"], data_scale.vit_tpu_days(None))
     assert v.verdict == "partly supported" and "nothing measured here supports it" in v.reason
 
     def no_timm(arch, w):
         if arch.startswith("timm:"):
             raise ImportError("No module named 'timm'")
         return counted[arch]
-    monkeypatch.setattr(cost, "fake_metrics", no_timm)
-    ev = round3.vit_tpu_days(None)
+    monkeypatch.setattr(data_scale, "fake_metrics", no_timm)
+    ev = data_scale.vit_tpu_days(None)
     assert "timm" in ev.unavailable["hardware_log_share"]
     assert decide(CLAIMS["C48"], ev).verdict == "inconclusive"

@@ -10,8 +10,6 @@ ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = ("cli", "claims", "architectures", "reports", "harness", "suites", "scripts", "examples")
 HISTORY = re.compile(r"[Ii]ssue \d+|\b[Rr]ound \d+|\.\./shared|https?://")
 NAMED_BY_WHEN = re.compile(r"(round|issue)_?\d", re.IGNORECASE)
-PENDING = ("claims/probes/round3.py",)
-"""Files still named by when (being dissolved by topic); checked only while they exist."""
 
 
 def _files(folders: tuple[str, ...]) -> list[Path]:
@@ -23,8 +21,6 @@ def test_library_code_and_data_carry_no_history_and_no_outside_links() -> None:
     found = []
     for path in _files(FOLDERS):
         rel = path.relative_to(ROOT).as_posix()
-        if rel in PENDING:
-            continue
         try:
             text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError:
@@ -37,7 +33,7 @@ def test_library_code_and_data_carry_no_history_and_no_outside_links() -> None:
 def test_modules_and_tests_are_named_by_topic() -> None:
     named = [p.relative_to(ROOT).as_posix() for p in _files((*FOLDERS, "tests"))
              if NAMED_BY_WHEN.search(p.stem)]
-    assert [n for n in named if n not in PENDING] == []
+    assert named == []
 
 
 def test_the_patterns_catch_what_they_are_for() -> None:

@@ -22,9 +22,11 @@ from torch import Tensor, nn
 
 from claims.experiments.runner import Fields, Seeds, sweep
 from claims.experiments.text_data import VOCAB, Corpus, load_corpus, sample_batch, sample_windows
-from claims.experiments.train import adamw, fit, lr_at
+from claims.experiments.train import CPU, adamw, fit, lr_at
+from harness.engine.models import materialize
 from harness.instruments.flops import count_params
 from harness.contract.registry import resolve
+from harness.contract.spec import Workload
 
 EVAL_SEED = 1234
 FINAL_LR = 0.1                   # the cosine decays to this share of the peak learning rate
@@ -87,9 +89,7 @@ def _training_key(s: LMSetup) -> tuple:
 
 def build_lm(seed: int, **overrides: Any) -> nn.Module:
     """A ``decoder-tiny`` with ``overrides`` over a byte vocabulary, initialised from ``seed``."""
-    spec = resolve("decoder-tiny", **{"vocab_size": VOCAB, **overrides})
-    torch.manual_seed(seed)
-    return spec.build(spec.config)
+    return materialize(resolve("decoder-tiny", **{"vocab_size": VOCAB, **overrides}), Workload(), CPU, seed=seed)
 
 
 def train_lm(model: nn.Module, data: Tensor, s: LMSetup, seed: int, log_every: int = 10) -> dict[str, Any]:

@@ -29,9 +29,11 @@ from torch import Tensor, nn
 
 from claims.experiments.lm_train import build_lm
 from claims.experiments.runner import Experiment, Fields, Seeds, sweep
-from claims.experiments.train import adamw, fit, lr_at
+from claims.experiments.train import CPU, adamw, fit, lr_at
+from harness.engine.models import materialize
 from harness.instruments.flops import count_params
 from harness.contract.registry import resolve
+from harness.contract.spec import Workload
 
 HELD_OUT_SEED = 777_777
 ATTENTION = "attention"
@@ -160,8 +162,7 @@ class Build:
             return build_lm(seed, vocab_size=self.vocab, d_model=s.d_model, n_layers=s.n_layers, n_heads=s.n_heads,
                             d_ff=4 * s.d_model, max_seq_len=max(64, self.max_len), positions=s.positions)
         spec = resolve(SSMS[self.variant], vocab_size=self.vocab, d_model=s.d_model, n_layers=s.n_layers)
-        torch.manual_seed(seed)
-        return spec.build(spec.config)
+        return materialize(spec, Workload(), CPU, seed=seed)
 
 
 def builders(s: Setup, vocab: int, max_len: int) -> dict[str, Build]:

@@ -20,8 +20,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from claims.experiments.runner import Experiment, Fields, Seeds, sweep, timed
-from claims.experiments.train import adamw, fit, lr_at
+from claims.experiments.train import CPU, adamw, fit, lr_at
 from claims.experiments.vision_data import SHAPE_CLASSES, balanced_subset, digits_data, shapes_data
+from harness.engine.models import materialize
 from harness.instruments.flops import count_model, count_params
 from harness.contract.registry import resolve
 from harness.contract.spec import Workload
@@ -126,7 +127,7 @@ def model_costs(img_size: int, widths: ModelWidths, num_classes: int, swin: bool
     """Per model: params and forward MACs per image, counted (harness.instruments.flops) and from the spec's formula."""
     out = {}
     for name, spec in model_specs(img_size, widths, num_classes, swin).items():
-        model = spec.build(spec.config).eval()
+        model = materialize(spec, Workload(), CPU).eval()
         counted = count_model(model, torch.zeros(1, 3, img_size, img_size))
         formula = spec.cost(spec.config, Workload(batch_size=1, img_size=img_size))
         out[name] = {"params": count_params(model), "macs": counted.macs, "macs_formula": formula["macs"]}
@@ -164,8 +165,7 @@ def train_eval(spec, x_train: Tensor, y_train: Tensor, x_test: Tensor, y_test: T
                setup: Setup, seed: int) -> float:
     """Build ``spec`` from scratch (seeded), train it on (x_train, y_train) with AdamW for
     ``setup.steps_for(n)`` steps, each batch randomly shifted; return test accuracy."""
-    torch.manual_seed(seed)
-    model: nn.Module = spec.build(spec.config)
+    model = materialize(spec, Workload(), CPU, seed=seed)
     g = torch.Generator().manual_seed(1_000_003 * (seed + 1))
     n = len(y_train)
     steps = setup.steps_for(n)

@@ -23,8 +23,11 @@ from torch import nn
 from claims.experiments.lm_train import LMSetup, build_lm, train_variants, val_metrics
 from claims.experiments.runner import Experiment, Fields, Seeds, relative
 from claims.experiments.text_data import VOCAB, load_corpus
+from claims.experiments.train import CPU
+from harness.engine.models import materialize
 from harness.contract.registry import resolve
 from harness.contract.spec import Workload
+from harness.instruments.fake import new_fake_mode
 
 ATTENTION = "attention"
 SSMS = {"s4d": "s4d-lm-tiny", "mamba": "mamba-lm-tiny"}          # variant name -> registered preset
@@ -69,9 +72,8 @@ def ssm_params(preset: str, **overrides: Any) -> int:
 
 
 def attention_params(s: Setup) -> int:
-    spec = resolve("decoder-tiny", vocab_size=VOCAB, **s.arch())
-    with torch.device("meta"):
-        return sum(p.numel() for p in spec.build(spec.config).parameters())
+    model = materialize(resolve("decoder-tiny", vocab_size=VOCAB, **s.arch()), Workload(), CPU, new_fake_mode())
+    return sum(p.numel() for p in model.parameters())
 
 
 def match(s: Setup, preset: str, target: int) -> dict[str, int]:
@@ -89,9 +91,7 @@ def match(s: Setup, preset: str, target: int) -> dict[str, int]:
 
 def build_ssm(preset: str, seed: int, **overrides: Any) -> nn.Module:
     """``preset`` with ``overrides`` over the byte vocabulary, initialised from ``seed``."""
-    spec = resolve(preset, vocab_size=VOCAB, **overrides)
-    torch.manual_seed(seed)
-    return spec.build(spec.config)
+    return materialize(resolve(preset, vocab_size=VOCAB, **overrides), Workload(), CPU, seed=seed)
 
 
 def vs_attention(v: Fields, att: Fields) -> Fields:

@@ -8,6 +8,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+CPU = torch.device("cpu")       # where the experiments build their models (harness.engine.models.materialize)
+
 
 def lr_at(step: int, steps: int, lr: float, warmup: int, floor: float = 0.0) -> float:
     """Linear warm-up over ``warmup`` steps, then cosine decay to ``floor · lr`` at ``steps``."""

@@ -12,13 +12,16 @@ from typing import Any, TypeVar
 
 import torch
 
-from claims.evidence import Context
+from claims.evidence import Context, read_name
 from claims.model import Chart, Evidence, Figure, mean_ci
+from claims.rules import HEADLINE_PROCESSES
 from harness.contract.records import CaseRecord
 from harness.contract.metrics import EXACT_COUNTS, TIMINGS
 from harness.contract.registry import resolve
 from harness.contract.spec import Workload
+from harness.engine.models import materialize
 from harness.instruments.load import BUSY_CORES
+from harness.instruments.fake import new_fake_mode
 from harness.analysis.comparison import Comparison, Timing, compare_records, compare_samples, compare_timings
 from harness.analysis.comparison import side_by_side
 from harness.analysis.process_stats import ONE_PROCESS_NOTE
@@ -31,18 +34,32 @@ EXACT_METRICS = EXACT_COUNTS          # counts: an affine fit of them is exact w
 ProbeFn = Callable[[Context], Evidence]
 T = TypeVar("T")
 
-PROCESSES = 3
+PROCESSES = HEADLINE_PROCESSES
 """Fresh worker processes a timing taken in a probe's own code runs in (:func:`in_processes`): the process is the
 unit of replication (harness.analysis.process_stats), so a timing that decides a verdict has an interval over
 processes — as a suite's cases do with ``processes`` in claims/reads.toml."""
 PROBES: dict[str, tuple[ProbeFn, tuple[str, ...]]] = {}
+PROBE_READS: dict[str, tuple[str, ...]] = {}
+"""Per probe, what it reads ("suite NAME", "experiment MODULE"; "... (cuda)": only on a CUDA device), declared once
+with the probe: the catalog's ``needs`` and the time estimate come from it, and a read it does not declare fails the
+probe (:meth:`claims.evidence.Context.suite`)."""
+READ_KINDS = ("suite", "experiment")
+CPU = torch.device("cpu")             # where a probe builds the models it studies (harness.engine.models.materialize)
 
 
-def probe(name: str, figures: tuple[str, ...]) -> Callable[[ProbeFn], ProbeFn]:
+def probe(name: str, figures: tuple[str, ...], reads: tuple[str, ...] = ()) -> Callable[[ProbeFn], ProbeFn]:
+    """Register ``fn`` as probe ``name``, producing ``figures`` from what it ``reads`` (suites by their ``name``,
+    experiments by module: ``("suite heads", "experiment kv_heads", "suite claims_gpu_rate (cuda)")``; none: it
+    computes everything itself)."""
+    bad = [r for r in reads if r.split(" ", 1)[0] not in READ_KINDS or not read_name(r)]
+    if bad:
+        raise ValueError(f"probe {name!r}: reads {bad} are not 'suite NAME' or 'experiment MODULE'")
+
     def deco(fn: ProbeFn) -> ProbeFn:
         if name in PROBES:
             raise ValueError(f"probe {name!r} registered twice")
         PROBES[name] = (fn, figures)
+        PROBE_READS[name] = tuple(reads)
         return fn
     return deco
 
@@ -105,6 +122,14 @@ def local_slope(records: Sequence[CaseRecord], x: str, metric: str) -> Figure:
         return Figure(float("nan"), note=f"fewer than 2 points of {metric}")
     a, b = sorted(p[0] for p in pts)[-2:]
     return Figure(slope, note=f"slope of {metric} between {x} {a:g} and {b:g}", n=2)
+
+
+def one_dtype(rows: Sequence[CaseRecord]) -> list[CaseRecord]:
+    """The rows of one dtype (a suite's [cuda] table may run several): fp32 when the run has it (the dtype of
+    the CPU runs and of the documents' tables), else the first in name order."""
+    dtypes = sorted({str(r.value("dtype")) for r in rows})
+    keep = "fp32" if "fp32" in dtypes else (dtypes[0] if dtypes else None)
+    return [r for r in rows if str(r.value("dtype")) == keep]
 
 
 def at(records: Sequence[CaseRecord], metric: str, **conds: Any) -> float | None:
@@ -225,11 +250,9 @@ def mean_chart(series: dict[str, dict[Any, list[float | None]]], title: str, x: 
 
 
 def built_params(preset: str, **overrides: Any) -> int:
-    """A preset's parameter count, counted on the module built on the meta device (no memory used): a
+    """A preset's parameter count, counted on the module built on fake tensors (no memory used): a
     measurement of the code, which the analytic cost formula is tested against."""
-    spec = resolve(preset, **overrides)
-    with torch.device("meta"):
-        model = spec.build(spec.config)
+    model = materialize(resolve(preset, **overrides), Workload(), CPU, new_fake_mode())
     return sum(p.numel() for p in model.parameters())
 
 

@@ -1,4 +1,4 @@
-"""Claims about building blocks and named model sizes that the documents state in passing (C31–C39):
+"""Claims about building blocks and named model sizes that the documents state in passing:
 computed directly from the code's own modules and shapes, each in seconds on a CPU."""
 from __future__ import annotations
 
@@ -14,11 +14,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from architectures.layers.attention import Attention, eager_attention
 from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure
-from claims.probes import PROCESSES, built_params, in_processes, probe, timed_ratio
+from claims.probes import CPU, PROCESSES, built_params, in_processes, probe, timed_ratio
 from claims.probes.cost import eager_score_bytes, score_rss_bytes
 from harness.instruments.flops import count_params
+from harness.instruments.fake import new_fake_mode
 from harness.contract.errors import BenchInputError
 from harness.contract.registry import resolve
+from harness.contract.spec import Workload
+from harness.engine.models import materialize
 from harness.analysis.fits import fit_loglog
 from harness.instruments.load import LoadMonitor
 from harness.engine.replicate import per_process_timing
@@ -43,10 +46,8 @@ STATED = {"bert_base": (768, 12, 64), "gpt2": (768, 12, 64), "gpt3": (12288, 96,
 
 
 def built_shapes(preset: str, **overrides: object) -> set[tuple[int, int, int]]:
-    """The (d_model, heads, head width) of every attention layer of the preset built on the meta device."""
-    spec = resolve(preset, **overrides)
-    with torch.device("meta"):
-        model = spec.build(spec.config)
+    """The (d_model, heads, head width) of every attention layer of the preset built on fake tensors."""
+    model = materialize(resolve(preset, **overrides), Workload(), CPU, new_fake_mode())
     return {(m.out.in_features, m.n_heads, m.head_dim) for m in model.modules() if isinstance(m, Attention)}
 
 
@@ -260,9 +261,7 @@ def patch_embedding(ctx: Context | None) -> Evidence:
     """Our ViT's Conv2d(p×p, stride p) patch embedding against a Linear on flattened patches with the
     same weights; and whether 000's unfold/view code gives one patch per row (an image whose pixels hold
     their patch's id)."""
-    spec = resolve("vit-b16", n_layers=1)                   # only the patch embedding is used
-    torch.manual_seed(0)
-    model = spec.build(spec.config)
+    model = materialize(resolve("vit-b16", n_layers=1), Workload(), CPU, seed=0)   # only the patch embedding is used
     conv = model.patch_embed                                # Conv2d(3, 768, 16, stride 16)
     p = conv.kernel_size[0]
     x = torch.randn(2, 3, 224, 224)

@@ -1,4 +1,4 @@
-"""Cost and complexity claims (C01–C06, C08, C09, C29, C30): suites plus exact counts on fake tensors.
+"""Cost and complexity claims: suites plus exact counts on fake tensors.
 
 Every figure here is measured — the FLOP counter on the real modules (fake tensors: shapes only), a real
 allocation, a timed run, the dependency depth of a dispatched forward — and compared with the formula;
@@ -19,12 +19,12 @@ from torch import nn
 from architectures.attention_core import AttentionCore, AttentionCoreConfig, core_inputs
 from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure
-from claims.probes import (at, built_params, busy_reason, exponent, interleaved, median_ratio, probe, ratio_figure,
+from claims.probes import (CPU, at, built_params, busy_reason, exponent, interleaved, median_ratio, probe, ratio_figure,
                            select, series)
 from claims.power import ratio_resolution
 from harness.instruments import memory
 from harness.contract import registry
-from harness.engine.models import fake_case
+from harness.engine.models import fake_case, materialize
 from harness.instruments.fake import new_fake_mode
 from harness.instruments.flops import FlopCount, count_flops, count_model, dependency_trace
 from harness.contract.records import CaseRecord
@@ -152,7 +152,7 @@ def flash_memory_ratio(rows: Sequence[CaseRecord]) -> Figure:
 @probe("attention_core", figures=(
     "macs_exp_eager", "latency_exp_eager", "memory_exp_eager", "latency_exp_eager_bwd", "memory_exp_eager_bwd",
     "latency_exp_sdpa", "memory_exp_sdpa", "latency_exp_sdpa_bwd", "memory_exp_sdpa_bwd",
-    "memory_ratio_eager_sdpa", "cuda_flash_memory_ratio"))
+    "memory_ratio_eager_sdpa", "cuda_flash_memory_ratio"), reads=("suite attention_core",))
 def attention_core(ctx: Context) -> Evidence:
     cuda = ctx.device.split(":")[0] == "cuda"
     run, rows = ctx.suite("attention_core", {"dtype": "bf16"} if cuda else None)   # bf16: the flash kernel's
@@ -343,7 +343,7 @@ def depth_exponent(arch: str, ns: Sequence[int], **overrides) -> tuple[Figure, l
 
 @probe("complexity", figures=("macs_exp_lstm", "macs_exp_conv1d", "macs_exp_window", "macs_exp_core",
                               "macs_d_ratio_lstm", "macs_d_ratio_conv1d", "path_exp_lstm", "path_exp_attention",
-                              "lstm_formula_over_unrolled"))
+                              "lstm_formula_over_unrolled"), reads=("suite rnn_vs_attention",))
 def complexity(ctx: Context) -> Evidence:
     run, rows = ctx.suite("rnn_vs_attention")
     ev = Evidence(sources=[run.id])
@@ -507,12 +507,13 @@ def worst_below_d(rows: Sequence[CaseRecord], ds: Sequence[int] = CROSSOVER_DS) 
     lat_fig = Figure(worst_f.value, max(los), max(his), "×", (
         f"largest latency ratio attention sublayer / LSTM layer over every n < d measured ({len(ok)} points, "
         f"each a paired ratio with its 95% interval; the figure's ends are the largest ends): worst at d={d}, "
-        f"n={n}. {per}"), len(ok), busy=busy)
+        f"n={n}. {per}"), len(ok), busy=busy, processes=min(f.processes for f, _, _ in ok))
     return mac_fig, lat_fig
 
 
 @probe("crossover", figures=("mac_crossover_layer", "mac_crossover_core", "measured_crossover",
-                             "mac_ratio_max_below_d", "latency_ratio_max_below_d", "power_latency_ratio_max_below_d"))
+                             "mac_ratio_max_below_d", "latency_ratio_max_below_d", "power_latency_ratio_max_below_d"),
+       reads=("suite attention_vs_lstm",))
 def crossover(ctx: Context) -> Evidence:
     """C05, like for like: one self-attention sublayer (projections + core) against one LSTM layer
     (suite attention_vs_lstm), counted and timed side by side at every n < d; where the latency and the
@@ -535,24 +536,6 @@ def crossover(ctx: Context) -> Evidence:
     ev.figures["measured_crossover"] = smaller_crossing(results, busy_reason(timed))
     ev.chart = Chart("latency: one self-attention sublayer vs one LSTM layer", "sequence length n", "ms",
                      series(rows, "seq_len", "median_ms"), x_log=True, y_log=True)
-    return ev
-
-
-@probe("heads", figures=("macs_spread_heads", "latency_ratio_h8_h1", "latency_ratio_h64_h1", "memory_ratio_h8_h1"))
-def heads(ctx: Context) -> Evidence:
-    run, rows = ctx.suite("heads")
-    ev = Evidence(sources=[run.id])
-    ok = select(rows)
-    macs = [r.metrics["macs"] for r in ok if "macs" in r.metrics]
-    ev.figures["macs_spread_heads"] = Figure(max(macs) / min(macs), unit="×", note="max/min forward MACs over h")
-    by_h = {r.value("n_heads"): r for r in ok}
-    for h in (8, 64):
-        ev.figures[f"latency_ratio_h{h}_h1"] = median_ratio(by_h.get(h), by_h.get(1), f"latency h={h} / h=1")
-    peak = {h: r.metric("peak_bytes") for h, r in by_h.items()}
-    ev.figures["memory_ratio_h8_h1"] = ratio_figure(peak.get(8), peak.get(1),
-                                                    note="eager peak memory h=8 / h=1 (h score matrices)")
-    ev.chart = Chart("heads at fixed d_model=512", "n_heads", "median latency (ms)",
-                     series(rows, "n_heads", "median_ms"), x_log=True)
     return ev
 
 
@@ -586,9 +569,9 @@ def ffn_width(preset: str) -> tuple[int, int, int]:
     its ``mlp`` run over one token on fake tensors, counted op by op (:func:`harness.instruments.flops.count_flops`);
     the hidden width is the length its last matmul (the down projection) contracts — its MACs over its output's
     elements — and the MACs are the whole mlp's for that token."""
-    spec = resolve(preset)
-    with new_fake_mode():
-        model = spec.build(spec.config).eval()
+    mode = new_fake_mode()
+    model = materialize(resolve(preset), Workload(), CPU, mode).eval()
+    with mode:
         mlp = next(m for name, m in model.named_modules() if name.endswith("blocks.0.mlp"))
         d = next(p for p in mlp.parameters() if p.dim() == 2).shape[1]      # the up projection reads d
         x = torch.zeros(1, 1, d)

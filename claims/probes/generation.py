@@ -1,4 +1,4 @@
-"""Generation figures for the KV-cache, GQA/MQA, sequential-decoding and SSM claims (C10, C11, C19, C40).
+"""Generation figures for the KV-cache, GQA/MQA, sequential-decoding and SSM claims.
 
 The probes of those claims (``mqa``, ``gqa`` in :mod:`claims.probes.variants`, ``sequential`` there too,
 ``ssm_long`` in :mod:`claims.probes.ssm`) add these figures, read from :data:`SUITE`: real greedy generations

@@ -1,4 +1,4 @@
-"""Long sequences (C09): the long_sequence suite's exponents and memory — against exact attention run eagerly
+"""Long sequences: the long_sequence suite's exponents and memory — against exact attention run eagerly
 AND as the fused kernel (SDPA) a user would pick — and the efficient attentions' approximation error against
 exact attention at the same n, weights and inputs."""
 from __future__ import annotations
@@ -32,7 +32,7 @@ FIGURES = (tuple(f"{m}_exp_{k}" for k in (*EXACT, *EFFICIENT) for m in ("latency
 CLEARLY_BETTER = 0.5                       # "good": at most half the error of uniform attention (the rule's bar)
 
 
-@probe("long_sequence", figures=FIGURES)
+@probe("long_sequence", figures=FIGURES, reads=("suite long_sequence",))
 def long_sequence(ctx: Context) -> Evidence:
     run, rows = ctx.suite("long_sequence")
     ev = Evidence(sources=[run.id])

@@ -1,4 +1,4 @@
-"""State-space models (C40, C41): what SSMs buy on long sequences (the ssm_vs_attention suite's exponents, the
+"""State-space models: what SSMs buy on long sequences (the ssm_vs_attention suite's exponents, the
 decode step's cost against a KV cache) and what they pay in in-context recall (the recall and ssm_lm
 experiments)."""
 from __future__ import annotations
@@ -132,7 +132,7 @@ def decode_figures(ssm: Sequence[CaseRecord], att: Sequence[CaseRecord], batch: 
     return out
 
 
-@probe("ssm_long", figures=LONG_FIGURES)
+@probe("ssm_long", figures=LONG_FIGURES, reads=("suite ssm_vs_attention", "suite kv_cache", "suite claims_generation"))
 def ssm_long(ctx: Context) -> Evidence:
     run, rows = ctx.suite(SUITE)
     ev = Evidence(sources=[run.id])
@@ -235,7 +235,7 @@ def recall_figures(recall: dict, lm: dict | None) -> dict[str, Figure]:
     return out
 
 
-@probe("ssm_recall", figures=RECALL_FIGURES)
+@probe("ssm_recall", figures=RECALL_FIGURES, reads=("experiment recall", "experiment ssm_lm"))
 def ssm_recall(ctx: Context) -> Evidence:
     ev = Evidence(sources=["experiment recall", "experiment ssm_lm"])
     recall = ctx.experiment("recall")

@@ -1,4 +1,4 @@
-"""Claims decided by small training runs (C07, C17, C18, C24): the experiments in
+"""Claims decided by small training runs: the experiments in
 claims/experiments, each returning per-seed lists that become means with 95% intervals."""
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ def _note(res: dict[str, Any]) -> str:
     return (res.get("data_description", "") + (f" (trained in {wall:,.0f} s)" if wall else "")).strip()
 
 
-def _per_seed(a: list, b: list, fn=lambda x, y: x - y) -> list[float]:
+def per_seed(a: list, b: list, fn=lambda x, y: x - y) -> list[float]:
+    """Per seed, ``fn(a, b)`` of the seeds where both runs finished (a diverged run, None, is left out)."""
     return [fn(x, y) for x, y in zip(a, b) if x is not None and y is not None]
 
 
@@ -108,7 +109,7 @@ C24_POWER = tuple(f"power_{k}" for k in ("gap_smallest", "cnn_acc_smallest", "vi
                                          "vit_skill_largest", "swin_skill_smallest"))
 
 
-@probe("small_data", figures=C24_FIGURES + C24_POWER)
+@probe("small_data", figures=C24_FIGURES + C24_POWER, reads=("experiment small_vision",))
 def small_data(ctx: Context) -> Evidence:
     """C24 on the digits (the data set with a Swin): CNN, ViT and Swin of matched MACs per subset size, each part
     of the document's statement a figure: CNN − ViT and the CNN's accuracy at the smallest subset, the ViT's
@@ -152,7 +153,7 @@ def small_data(ctx: Context) -> Evidence:
         fig = ev.figures.get(key.removeprefix("power_"))
         if fig is not None:
             ev.figures[key] = diff_resolution(fig, f"the {key.removeprefix('power_')} rule")
-    ev.figures["gap_shrinks"] = mean_ci(_per_seed(d["gap"][small], d["gap"][large]), "accuracy (fraction)",
+    ev.figures["gap_shrinks"] = mean_ci(per_seed(d["gap"][small], d["gap"][large]), "accuracy (fraction)",
                                         f"gap at {small} − gap at {large} images")
     ev.figures["gap_slope"], ev.figures["gap_closes_at"] = gap_fit(d["gap"])
     for other, od in datasets.items():
@@ -173,7 +174,7 @@ def small_data(ctx: Context) -> Evidence:
 
 
 @probe("scaling", figures=("var_ratio_unscaled", "var_scaled", "saturation_gap", "jacobian_ratio",
-                           "train_loss_gap"))
+                           "train_loss_gap"), reads=("experiment attn_scaling",))
 def scaling(ctx: Context) -> Evidence:
     """C07: the numeric part (variance, saturation, Jacobian at d_k) and the tiny training run."""
     res = ctx.experiment("attn_scaling")
@@ -189,10 +190,10 @@ def scaling(ctx: Context) -> Evidence:
         scaled = [stat(k, "var_scaled") for k in dks]
         ev.figures["var_scaled"] = Figure(sum(scaled) / len(scaled), min(scaled), max(scaled), "",
                                           "Var(q·k/√d_k); range over d_k")
-        ev.figures["saturation_gap"] = mean_ci(_per_seed(raw[big]["saturated_unscaled"], raw[big]["saturated_scaled"]),
+        ev.figures["saturation_gap"] = mean_ci(per_seed(raw[big]["saturated_unscaled"], raw[big]["saturated_scaled"]),
                                                "share of rows", f"d_k={big}: rows with max p > 0.99, "
                                                "unscaled − scaled")
-        jac = _per_seed(raw[big]["jacobian_median_unscaled"], raw[big]["jacobian_median_scaled"],
+        jac = per_seed(raw[big]["jacobian_median_unscaled"], raw[big]["jacobian_median_scaled"],
                         lambda a, b: a / b)
         ev.figures["jacobian_ratio"] = mean_ci(
             jac, "×", f"d_k={big}: median ‖∂softmax/∂logits‖_F per row, unscaled / scaled "
@@ -202,7 +203,7 @@ def scaling(ctx: Context) -> Evidence:
             "scaled by 1/√d_k": [(int(k), stat(k, "saturated_scaled"), None, None) for k in dks]}, x_log=True)
     train = res.get("training", {})
     if train.get("unscaled", {}).get("final_loss") and train.get("scaled", {}).get("final_loss"):
-        ev.figures["train_loss_gap"] = mean_ci(_per_seed(train["unscaled"]["final_loss"],
+        ev.figures["train_loss_gap"] = mean_ci(per_seed(train["unscaled"]["final_loss"],
                                                          train["scaled"]["final_loss"]), "nats",
                                                "held-out loss unscaled − scaled, per seed")
     return ev
@@ -271,14 +272,14 @@ def norm_failures(res: dict[str, Any], ev: Evidence) -> None:
                                    "(measure it again: --fresh)")
 
 
-@probe("norm_placement", figures=NORM_FIGURES)
+@probe("norm_placement", figures=NORM_FIGURES, reads=("experiment norm_placement",))
 def norm_placement(ctx: Context) -> Evidence:
     res = ctx.experiment("norm_placement")
     ev = Evidence(notes=[_note(res)])
     norm_failures(res, ev)
     spread = res.get("summary", {}).get("lr_spread", {})
     if spread.get("pre") and spread.get("post"):
-        ev.figures["sensitivity_ratio"] = mean_ci(_per_seed(spread["post"], spread["pre"], lambda a, b: a / b
+        ev.figures["sensitivity_ratio"] = mean_ci(per_seed(spread["post"], spread["pre"], lambda a, b: a / b
                                                             if b else float("nan")), "×",
                                                   "spread of final loss across learning rates, post / pre, per run")
     else:
@@ -287,7 +288,7 @@ def norm_placement(ctx: Context) -> Evidence:
     if grads:
         deep = max(grads, key=float)
         g = grads[deep]
-        ev.figures["last_grad_ratio_deep"] = mean_ci(_per_seed(g["post"]["last_layer"], g["pre"]["last_layer"],
+        ev.figures["last_grad_ratio_deep"] = mean_ci(per_seed(g["post"]["last_layer"], g["pre"]["last_layer"],
                                                                lambda a, b: a / b), "×",
                                                      f"last layer's gradient norm at init, post / pre, depth {deep}")
         ev.chart = mean_chart({p: {d: grads[d][p]["last_layer"] for d in grads} for p in ("pre", "post")},
@@ -298,7 +299,8 @@ def norm_placement(ctx: Context) -> Evidence:
     return ev
 
 
-@probe("causal", figures=("masked_future_change", "unmasked_future_change", "train_loss_gap", "honest_loss_gap"))
+@probe("causal", figures=("masked_future_change", "unmasked_future_change", "train_loss_gap", "honest_loss_gap"),
+       reads=("experiment causal",))
 def causal(ctx: Context) -> Evidence:
     res = ctx.experiment("causal")
     ev = Evidence(notes=[_note(res)])
@@ -311,10 +313,10 @@ def causal(ctx: Context) -> Evidence:
         ev.figures["unmasked_future_change"] = Figure(min(n["future_change_max_abs"]), unit="max |Δ|",
                                                       note="the same without the mask (smallest over seeds)")
     if c.get("train_loss") and n.get("train_loss"):
-        ev.figures["train_loss_gap"] = mean_ci(_per_seed(c["train_loss"], n["train_loss"]), "nats",
+        ev.figures["train_loss_gap"] = mean_ci(per_seed(c["train_loss"], n["train_loss"]), "nats",
                                                "training loss masked − unmasked, per seed")
     if c.get("gen_loss_last_position") and n.get("gen_loss_last_position"):
-        ev.figures["honest_loss_gap"] = mean_ci(_per_seed(n["gen_loss_last_position"], c["gen_loss_last_position"]),
+        ev.figures["honest_loss_gap"] = mean_ci(per_seed(n["gen_loss_last_position"], c["gen_loss_last_position"]),
                                                 "nats", "next-token loss with only the prefix visible, "
                                                 "unmasked − masked")
         ev.chart = Chart("loss: training vs generation-time", "", "nats", {
@@ -324,3 +326,42 @@ def causal(ctx: Context) -> Evidence:
             "unmasked: prefix only": [("unmasked prefix-only", mean_ci(n["gen_loss_last_position"]).value, None,
                                        None)]}, kind="bar")
     return ev
+
+
+@probe("residual", figures=("loss_gap_plain_minus_residual", "residual_learns", "plain_learns",
+                            "first_grad_ratio_residual_over_plain", "shallow_loss_gap"), reads=("experiment residual",))
+def residual(ctx: Context) -> Evidence:
+    """C43 from the ``residual`` experiment: deep stacks with and without their skip connections, same
+    weights, same batches; held-out loss after training, the first block's gradient norm at initialisation,
+    and a shallow control (where the skip should matter little)."""
+    res = ctx.experiment("residual")
+    ev = Evidence(notes=[res.get("data_description", "")])
+    m = res["models"]
+    deep, shallow, chance = str(res["deep"]), str(res["shallow"]), res["chance_loss"]
+    r, p = m[deep]["residual"], m[deep]["plain"]
+    ev.figures["loss_gap_plain_minus_residual"] = mean_ci(
+        per_seed(p["final_loss"], r["final_loss"], lambda a, b: a - b), "nats",
+        f"held-out loss after training, plain − residual, depth {deep}, per seed (a diverged run counts as missing)")
+    ev.figures["residual_learns"] = mean_ci(
+        [chance - x for x in r["final_loss"] if x is not None], "nats below chance",
+        f"context-free chance ln(n_symbols) = {chance:.3f} minus the residual stack's final loss, depth {deep}")
+    ev.figures["plain_learns"] = mean_ci(
+        [chance - x for x in p["final_loss"] if x is not None], "nats below chance",
+        f"chance minus the plain (no-skip) stack's final loss, depth {deep}")
+    ev.figures["first_grad_ratio_residual_over_plain"] = mean_ci(
+        per_seed(r["first_grad"], p["first_grad"], lambda a, b: math.log10(a / b)), "log10 ×",
+        f"log10 of the first block's gradient norm at init, residual over plain, depth {deep}, per seed")
+    rs, ps = m[shallow]["residual"], m[shallow]["plain"]
+    ev.figures["shallow_loss_gap"] = mean_ci(
+        per_seed(ps["final_loss"], rs["final_loss"], lambda a, b: a - b), "nats",
+        f"the same gap at depth {shallow} (control)")
+    ev.chart = Chart("Held-out loss after training, with and without residual connections", "depth (blocks)",
+                     "held-out loss (nats)", {
+                         name: [(int(d), *_mean3(m[d][name]["final_loss"])) for d in (shallow, deep)]
+                         for name in ("residual", "plain")}, hlines={"chance": chance})
+    return ev
+
+
+def _mean3(xs: list) -> tuple[float, float | None, float | None]:
+    f = mean_ci(xs)
+    return f.value, f.lo, f.hi

@@ -1,4 +1,4 @@
-"""Attention variants and positions (C10–C16, C19): exact KV-cache arithmetic, the kv_cache suite,
+"""Attention variants and positions: exact KV-cache arithmetic, the kv_cache suite,
 equivariance and position-scheme identities computed on the code's own modules."""
 from __future__ import annotations
 
@@ -12,14 +12,17 @@ from architectures.transformer import Decoder, DecoderConfig, Encoder, EncoderCo
 from architectures.transformer_cost import kv_cache_bytes
 from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure, mean_ci
-from claims.probes import in_processes, mean_chart, median_ratio, probe, select, series, timed_ratio
+from claims.probes import CPU, in_processes, mean_chart, median_ratio, probe, select, series, timed_ratio
 from claims.probes import generation as gen
 from claims.probes.blocks import NAMED, TRANSFORMERS_SAME, transformers_side
 from harness.engine.generation import Generation
+from harness.engine.models import materialize
 from harness.instruments.load import LoadMonitor
+from harness.instruments.fake import new_fake_mode
 from harness.instruments.memory import LiveTensorTracker
 from harness.contract.records import CaseRecord
 from harness.contract.registry import resolve
+from harness.contract.spec import Workload
 from harness.analysis.fits import fit_loglog
 from harness.analysis.ratios import paired_ratio
 from harness.instruments.timing import TimingConfig, TimingResult, measure_interleaved
@@ -195,22 +198,22 @@ def _kv_variant(ctx: Context, n_heads: int, kv: int, suite_kv: int, variant: str
     return ev
 
 
-@probe("mqa", figures=KV_FIGURES)
+@probe("mqa", figures=KV_FIGURES, reads=("suite kv_cache", "experiment kv_heads", "suite claims_generation"))
 def mqa(ctx: Context) -> Evidence:
     return _kv_variant(ctx, 8, 1, 1, "mqa")
 
 
-@probe("gqa", figures=KV_FIGURES)
+@probe("gqa", figures=KV_FIGURES, reads=("suite kv_cache", "experiment kv_heads", "suite claims_generation"))
 def gqa(ctx: Context) -> Evidence:
     return _kv_variant(ctx, 32, 8, 2, "gqa")
 
 
 def transformers_kv_values(arch: str, over: dict) -> int:
     """Values per token in transformers' own ``StaticCache`` of ``arch`` (an ``hf:`` name): one token prefilled
-    into a one-position cache by the model built on the meta device; the keys' and values' elements counted."""
-    spec = resolve(arch, **over)
-    with torch.device("meta"):
-        model = spec.build(spec.config).eval()
+    into a one-position cache by the model built on fake tensors; the keys' and values' elements counted."""
+    mode = new_fake_mode()
+    model = materialize(resolve(arch, **over), Workload(), CPU, mode).eval()
+    with mode:
         state = model.generation_state(1, 1)
         with torch.no_grad():
             model.prefill(torch.zeros(1, 1, dtype=torch.long), state)
@@ -271,7 +274,7 @@ def permutation(ctx: Context) -> Evidence:
     return ev
 
 
-@probe("sinusoidal", figures=("linear_map_residual", "loss_ratio_4x", "loss_ratio_2x"))
+@probe("sinusoidal", figures=("linear_map_residual", "loss_ratio_4x", "loss_ratio_2x"), reads=("experiment positions",))
 def sinusoidal(ctx: Context) -> Evidence:
     ev = Evidence()
     pe = make_positions("sinusoidal", 64, 4096, 4).table(256, 0, torch.device("cpu"), torch.float64)  # (T, d)
@@ -309,7 +312,7 @@ def _positions(ctx: Context, ev: Evidence) -> dict:
     return res
 
 
-@probe("learned", figures=("clear_error_past_max", "loss_past_max_unavailable"))
+@probe("learned", figures=("clear_error_past_max", "loss_past_max_unavailable"), reads=("experiment positions",))
 def learned(ctx: Context) -> Evidence:
     model = Decoder(DecoderConfig(vocab_size=16, d_model=16, n_layers=1, n_heads=2, positions="learned",
                                   max_seq_len=8)).eval()
@@ -331,7 +334,8 @@ def learned(ctx: Context) -> Evidence:
     return ev
 
 
-@probe("alibi_rope", figures=("alibi_ratio_4x", "alibi_minus_best_other_4x", "rope_relative_error"))
+@probe("alibi_rope", figures=("alibi_ratio_4x", "alibi_minus_best_other_4x", "rope_relative_error"),
+       reads=("experiment positions",))
 def alibi_rope(ctx: Context) -> Evidence:
     ev = Evidence()
     res = _positions(ctx, ev)
@@ -446,7 +450,8 @@ def batch_gain(rows: Sequence[CaseRecord]) -> Figure:
 
 
 @probe("sequential", figures=("decode_over_prefill", "decode_over_prefill_exp", "no_cache_over_cache",
-                              "batch_throughput_gain", *gen.SEQ_FIGURES))
+                              "batch_throughput_gain", *gen.SEQ_FIGURES),
+       reads=("suite kv_cache", "suite claims_generation"))
 def sequential(ctx: Context) -> Evidence:
     """Generation timed for real (the kv_cache suite's model, decoder-small; 2 layers under --quick):
     n tokens one at a time vs one parallel forward over n; and the kv_cache suite's per-token costs."""

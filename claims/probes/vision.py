@@ -1,4 +1,4 @@
-"""Vision claims (C20–C23, C25–C28): the vit_vs_cnn and resolution_scaling suites, shapes from the code,
+"""Vision claims: the vit_vs_cnn and resolution_scaling suites, shapes from the code,
 and torchvision's published metadata (ImageNet top-1, MACs) beside our measurements."""
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from torchvision.models import get_weight
 from architectures.swin import ShiftedWindowAttention
 from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure
-from claims.probes import PROBES, busy_reason, exponent, local_slope, median_ratio, probe, select, series
-from harness.engine.models import fake_case
+from claims.probes import (CPU, PROBES, busy_reason, exponent, local_slope, median_ratio, one_dtype, probe, select,
+                           series)
+from harness.engine.models import fake_case, materialize
 from harness.instruments.flops import count_model, dependency_trace
 from harness.contract.spec import Workload
 from harness.contract.registry import get, resolve
@@ -35,14 +36,6 @@ def published(arch: str) -> dict[str, Any]:
     """torchvision's metadata for ``arch`` (shipped with the package, no download): acc@1, GMACs (_ops), params."""
     meta = get_weight(TORCHVISION_WEIGHTS[arch]).meta
     return {"acc1": meta["_metrics"]["ImageNet-1K"]["acc@1"], "gmacs": meta["_ops"], "params": meta["num_params"]}
-
-
-def one_dtype(rows: list[Any]) -> list[Any]:
-    """The rows of one dtype (a suite's [cuda] table may run several): fp32 when the run has it (the dtype of
-    the CPU runs and of the documents' tables), else the first in name order."""
-    dtypes = sorted({str(r.value("dtype")) for r in rows})
-    keep = "fp32" if "fp32" in dtypes else (dtypes[0] if dtypes else None)
-    return [r for r in rows if str(r.value("dtype")) == keep]
 
 
 def _batch1(ctx: Context) -> tuple[Evidence, dict[str, dict[str, Any]]]:
@@ -76,8 +69,7 @@ def _vision_chart(rows_by_arch: dict[str, dict[str, Any]]) -> Chart:
 
 @probe("vit_tokens", figures=("tokens_224_16", "patch_dim"))
 def vit_tokens(ctx: Context) -> Evidence:
-    spec = resolve("vit-b16", n_layers=1)
-    model = spec.build(spec.config).eval()
+    model = materialize(resolve("vit-b16", n_layers=1), Workload(), CPU).eval()
     seen: dict[str, Any] = {}
     def grab(module: Any, args: tuple) -> None:
         seen["x"] = tuple(args[0].shape)                          # (B, tokens, d) entering the encoder
@@ -98,7 +90,8 @@ def vit_tokens(ctx: Context) -> Evidence:
 
 
 @probe("cost_table", figures=("resnet50_params_m", "resnet50_gmacs", "effnet_params_m", "effnet_gmacs",
-                              "vit_params_m", "vit_gmacs", "vit_over_resnet_latency", "resnet_over_effnet_latency"))
+                              "vit_params_m", "vit_gmacs", "vit_over_resnet_latency", "resnet_over_effnet_latency"),
+       reads=("suite vit_vs_cnn",))
 def cost_table(ctx: Context) -> Evidence:
     ev, by = _batch1(ctx)
     for key, arch in (("resnet50", "resnet50"), ("effnet", "efficientnet-b0"), ("vit", "vit-b16")):
@@ -111,25 +104,6 @@ def cost_table(ctx: Context) -> Evidence:
     ev.figures["resnet_over_effnet_latency"] = median_ratio(by.get("resnet50"), by.get("efficientnet-b0"),
                                                             "batch-1 latency")
     _mark_missing(ev, PROBES["cost_table"][1], by, ("resnet50", "efficientnet-b0", "vit-b16"))
-    ev.chart = _vision_chart(by)
-    return ev
-
-
-@probe("vit_vs_effnet", figures=("macs_ratio", "latency_ratio", "throughput_ratio"))
-def vit_vs_effnet(ctx: Context) -> Evidence:
-    ev, by = _batch1(ctx)
-    vit, eff = by.get("vit-b16"), by.get("efficientnet-b0")
-    if vit and eff:
-        ev.figures["macs_ratio"] = Figure(vit.metrics["macs"] / eff.metrics["macs"], unit="×", note="MACs")
-    ev.figures["latency_ratio"] = median_ratio(vit, eff, "batch-1 latency on this CPU")
-    b, big = _largest_batch(ctx)
-    if "vit-b16" in big and "efficientnet-b0" in big:
-        ev.figures["throughput_ratio"] = median_ratio(big["vit-b16"], big["efficientnet-b0"],
-                                                      f"images/s at batch {b}, EfficientNet-B0 / ViT-B/16 "
-                                                      "(= ViT's time over EfficientNet's at the same batch)")
-    else:
-        ev.unavailable["throughput_ratio"] = "the suite run has no batch > 1 for both models"
-    _mark_missing(ev, PROBES["vit_vs_effnet"][1], by, ("vit-b16", "efficientnet-b0"))
     ev.chart = _vision_chart(by)
     return ev
 
@@ -224,7 +198,8 @@ def same_macs_rates(ev: Evidence, by: dict[str, Any], b: int | None, big: dict[s
 
 
 @probe("matmul_friendly", figures=("vit_over_resnet_rate", "swin_over_resnet_latency", "vit_peak_share",
-                                   "vit_over_resnet_rate_batch", *SAME_MACS_FIGURES, *GPU_RATE_FIGURES))
+                                   "vit_over_resnet_rate_batch", *SAME_MACS_FIGURES, *GPU_RATE_FIGURES),
+       reads=("suite vit_vs_cnn", "suite claims_gpu_rate (cuda)"))
 def matmul_friendly(ctx: Context) -> Evidence:
     ev, by = _batch1(ctx)
     vit, res, swin = by.get("vit-b16"), by.get("resnet50"), by.get("swin-t")
@@ -253,7 +228,8 @@ def matmul_friendly(ctx: Context) -> Evidence:
     return ev
 
 
-@probe("window_scaling", figures=("swin_macs_exp", "vit_macs_exp", "swin_latency_exp", "swin_window_formula"))
+@probe("window_scaling", figures=("swin_macs_exp", "vit_macs_exp", "swin_latency_exp", "swin_window_formula"),
+       reads=("suite resolution_scaling",))
 def window_scaling(ctx: Context) -> Evidence:
     run, rows = ctx.suite("resolution_scaling")
     ev = Evidence(sources=[run.id])
@@ -315,7 +291,8 @@ def efficient_cnns_on_frontier(by: dict[str, Any]) -> Figure | None:
 
 
 @probe("edge", figures=("vit_params_m", "mobilenet_params_m", "effnet_params_m", "mobilenet_latency_ms",
-                        "effnet_latency_ms", "vit_latency_ms", "efficient_cnns_on_frontier_latency"))
+                        "effnet_latency_ms", "vit_latency_ms", "efficient_cnns_on_frontier_latency"),
+       reads=("suite vit_vs_cnn",))
 def edge(ctx: Context) -> Evidence:
     ev, by = _batch1(ctx)
     for key, arch in (("vit", "vit-b16"), ("mobilenet", "mobilenet-v3-large"), ("effnet", "efficientnet-b0")):
@@ -426,7 +403,7 @@ def _frontier_figures(ev: Evidence, by: dict[str, Any]) -> None:
 
 @probe("convnext", figures=("acc_gap_convnext_vit_s", "macs_ratio_convnext_vit_s", "latency_ratio_convnext_vit_s",
                             "acc_gap_convnext_vit", "macs_ratio_convnext_vit", "latency_ratio_convnext_vit",
-                            *FRONTIER_FIGURES))
+                            *FRONTIER_FIGURES), reads=("suite vit_vs_cnn",))
 def convnext(ctx: Context) -> Evidence:
     """ConvNeXt-T against the ViT of the same MACs (ViT-S/16, DeiT-S's shape): published accuracy, counted
     MACs, measured batch-1 latency; ViT-B/16 (4× the MACs) beside it as context; and the accuracy-vs-cost

@@ -1,4 +1,4 @@
-"""The vision rivals of 004 (C42): LR-Net-50 — local relation (attention) layers in place of every spatial conv of
+"""The vision rivals of 004: LR-Net-50 — local relation (attention) layers in place of every spatial conv of
 ResNet-50 — against ResNet-50 at equal FLOPs, from the vision_zoo suite (counted MACs and parameters, batch-1
 latency timed side by side), with the published accuracy beside it."""
 from __future__ import annotations
@@ -7,8 +7,8 @@ from typing import Any
 
 from claims.evidence import Context
 from claims.model import Chart, Evidence, Figure
-from claims.probes import median_ratio, probe, select, series
-from claims.probes.vision import one_dtype, published
+from claims.probes import median_ratio, one_dtype, probe, select, series
+from claims.probes.vision import published
 
 SUITE = "vision_zoo"
 LRNET, RESNET = "lrnet-50", "resnet50"
@@ -31,7 +31,7 @@ def _pair(rows: list[Any]) -> tuple[int | None, Any, Any]:
     return side, by.get(LRNET), by.get(RESNET)
 
 
-@probe("lrnet", figures=FIGURES)
+@probe("lrnet", figures=FIGURES, reads=("suite vision_zoo",))
 def lrnet(ctx: Context) -> Evidence:
     """LR-Net-50 / ResNet-50: counted MACs and parameters (same FLOPs?), batch-1 latency timed side by side at the
     largest common image size (what equal FLOPs cost on this machine), and the published top-1 gap (not

@@ -116,22 +116,29 @@ def cheap_init() -> Iterator[None]:
                 delattr(torch.Tensor, name)
 
 
-def materialize(spec: ArchSpec, w: Workload, device: torch.device, fake: FakeTensorMode | None = None) -> nn.Module:
+def materialize(spec: ArchSpec, w: Workload, device: torch.device, fake: FakeTensorMode | None = None,
+                seed: int | None = None) -> nn.Module:
     """``spec``'s model for workload ``w`` on ``device``: the one way a model is built, whatever it is for.
 
     In one order: the architecture's module (``spec.build``), ``w``'s activation checkpointing wrapped around its
     blocks (:func:`harness.engine.checkpointing.apply_checkpointing`, from outside the model), ``w``'s dtype, then
     ``device``. Real (``fake`` None): seeded, weights drawn cheaply (:func:`cheap_init`) — what is timed, and what
-    a FLOP table counts on the CPU. Fake (a mode from :func:`harness.instruments.fake.new_fake_mode`, not entered):
-    built on meta and placed as fake tensors on ``device`` (:func:`harness.instruments.fake.build_fake`) — what
-    the fake pass counts and estimates, with no memory and no arithmetic."""
+    a FLOP table counts on the CPU; with ``seed``, the weights its modules' own initialisation draws from torch's
+    generator seeded with ``seed`` instead — what a training starts from, or a study of a model at initialisation.
+    Fake (a mode from :func:`harness.instruments.fake.new_fake_mode`, not entered): built on meta and placed as
+    fake tensors on ``device`` (:func:`harness.instruments.fake.build_fake`) — what the fake pass counts and
+    estimates, with no memory and no arithmetic."""
     def build() -> nn.Module:
         return apply_checkpointing(spec.build(spec.config), w.checkpointing)
     if fake is not None:
         return build_fake(lambda: build().to(dtype=torch_dtype(w)), fake, device)
-    torch.manual_seed(0)
-    with cheap_init():
+    if seed is not None:
+        torch.manual_seed(seed)
         model = build()
+    else:
+        torch.manual_seed(0)
+        with cheap_init():
+            model = build()
     return model.to(device=device, dtype=torch_dtype(w))
 
 
