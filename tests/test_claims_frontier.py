@@ -3,13 +3,14 @@ latency, dominance read at both ends of each latency interval — on synthetic r
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
 
 from claims.catalog import load_catalog
 from claims.model import Figure, Rule
-from claims.probes.vision import FRONTIER_FIGURES, convnext, read_frontier
+from claims.probes.vision import FRONTIER_FIGURES, convnext, edge, read_frontier
 from claims.rules import check
 from claims.verdicts import decide
 from harness.contract.records import CaseRecord
@@ -118,3 +119,24 @@ def test_c27_efficient_cnns_on_the_latency_frontier():
     assert check(IS_TRUE, f).status == "fail"
     ev = edge(_ctx(fast[:2]))                                                 # type: ignore[arg-type]
     assert "efficient_cnns_on_frontier_latency" in ev.unavailable
+
+
+def test_c27s_latencies_carry_the_busy_guard_and_the_processes_they_cover():
+    """C27's central rule reads a stored latency: on a busy machine it decides nothing, and it decides only over
+    an interval that covers 3 worker processes (the vit_vs_cnn run is measured so: claims/reads.toml)."""
+    rng = random.Random(3)
+    cases = [_case("mobilenet-v3-large", 10.0, 0.22e9, rng), _case("efficientnet-b0", 20.0, 0.39e9, rng),
+             _case("vit-b16", 120.0, 17.56e9, rng)]
+    claim = next(c for c in load_catalog() if c.id == "C27")
+    head = next(r for r in claim.rules if r.central)
+    assert head.figure == "effnet_latency_ms"
+
+    def outcome(rows):
+        return next(o for o in decide(claim, edge(_ctx(rows))).outcomes if o.rule.central)   # type: ignore[arg-type]
+    over3 = [replace(c, metrics={**c.metrics, "n_processes": 3.0}) for c in cases]
+    o = outcome(over3)
+    assert o.status == "pass" and "(interval over 3 processes)" in o.detail
+    assert outcome(cases).status == "unsure"                                  # one process decides nothing
+    busy = [replace(c, metrics={**c.metrics, "load_busy": 1.0, "load_others_cores": 1.4}) for c in over3]
+    o = outcome(busy)
+    assert o.status == "unsure" and "machine busy" in o.detail
