@@ -105,7 +105,6 @@ def test_a_yes_no_interval_is_written_without_brackets():
 
 
 def test_c27_efficient_cnns_on_the_latency_frontier():
-    from claims.probes.vision import edge
     rng = random.Random(2)
     fast = [_case("mobilenet-v3-large", 10.0, 0.22e9, rng), _case("efficientnet-b0", 20.0, 0.39e9, rng),
             _case("resnet50", 40.0, 4.09e9, rng), _case("convnext-tiny", 60.0, 4.46e9, rng),
