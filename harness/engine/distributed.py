@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import statistics
-import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -34,7 +33,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from harness.engine.checkpointing import block_lists
 from harness.engine.payload import Payload
-from harness.instruments.timing import Agree
+from harness.instruments.timing import Agree, TimingConfig, measure
 
 GRAD_TOLERANCE: dict[str, float] = {"fp32": 1e-4, "bf16": 2e-2, "fp16": 2e-2}
 """The largest relative gradient difference from one process that rounding explains, by the step's precision:
@@ -171,9 +170,14 @@ def counting() -> Iterator[Counted]:
             setattr(dist, name, fn)
 
 
-def time_calls(calls: list[Call], device: torch.device, repeats: int = 3) -> float:
+REPLAY = TimingConfig(warmup_calls=1, warmup_s=0.0, min_samples=3, min_time_s=0.0, min_sample_s=0.0, rounds=1)
+"""How :func:`time_calls` times the replay: one warm-up call, then 3 samples of one replay each."""
+
+
+def time_calls(calls: list[Call], device: torch.device) -> float:
     """Seconds the counted ``calls`` take replayed alone, the same collectives of the same sizes in the same order,
-    with no compute to overlap (median of ``repeats``, a barrier before each). 0 for no calls."""
+    with no compute to overlap: the median of :data:`REPLAY`'s samples, timed by the one timing loop with the ranks'
+    :func:`agreement` (a barrier before each sample). 0 for no calls."""
     if not calls:
         return 0.0
     world = dist.get_world_size()
@@ -182,10 +186,8 @@ def time_calls(calls: list[Call], device: torch.device, repeats: int = 3) -> flo
         n = -(-c.numel // world) * world                                  # a multiple of the world size
         whole = torch.ones(n, dtype=c.dtype, device=device)
         buffers.append((c.op, whole, torch.ones(n // world, dtype=c.dtype, device=device)))
-    times = []
-    for _ in range(repeats):
-        dist.barrier()
-        t0 = time.perf_counter()
+
+    def replay() -> None:
         for op, whole, shard in buffers:
             if op == "all_reduce":
                 dist.all_reduce(whole)
@@ -195,14 +197,7 @@ def time_calls(calls: list[Call], device: torch.device, repeats: int = 3) -> flo
                 dist.all_gather_single(whole, shard)
             else:
                 dist.reduce_scatter_single(shard, whole)
-        _sync(device)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    return statistics.median(measure(replay, REPLAY, device, agree=agreement(device)).samples_s)
 
 
 def agreement(device: torch.device) -> Agree:
