@@ -28,7 +28,7 @@ from harness.instruments.timing import TimingConfig
 
 PLUGIN = str(Path(__file__).with_name("plugin_faulty.py"))
 FAST = TimingConfig(warmup_calls=1, warmup_s=0.0, min_samples=3, min_time_s=0.0, max_time_s=0.5)
-HANG_TIMEOUT_S = 6.0    # a normal case must finish within it on a loaded machine too
+HANG_TIMEOUT_S = 20.0   # a normal case must finish within it on a loaded machine too (6 s was cut at load 7)
 HANG_SLEEP_S = 60.0     # how long plugin_faulty's "hang" case sleeps: a record sooner means it was cut off
 
 
