@@ -34,8 +34,8 @@ run: $(STAMP)
 test: export PYTHONDONTWRITEBYTECODE =
 test: $(STAMP)
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not serial"
-	$(BIN)/python -m pytest -q -m serial
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not serial" --durations=25
+	$(BIN)/python -m pytest -q -m serial --durations=10
 
 # The docs site (mkdocs-material): docs/ and mkdocs.yml; the CLI, metrics and claims references are generated from the
 # code at build time (docs/hooks.py). `--strict` makes a broken link or a page missing from the nav an error.

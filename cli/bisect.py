@@ -24,7 +24,7 @@ from harness.contract.suite import Suite, load_suite, parse_set
 from harness.engine.bisect import Bisection, Probe, bisect, good_tree, measure_commit
 from harness.engine.commits import REPO, Commit, commits_between, resolve
 from harness.engine.env import fingerprint
-from harness.engine.replicate import GATE_PROCESSES
+from harness.engine.replicate import GATE_PROCESSES, add_processes
 from harness.session import Run, run_options
 from harness.engine.runner import RunOptions
 from harness.store.db import Store
@@ -101,6 +101,18 @@ def probe_side(report: CheckReport, exact_only: bool = False,
     return "good", detail, ""
 
 
+def _pooled(first: tuple[CaseRecord, CaseRecord] | None,
+            again: tuple[CaseRecord, CaseRecord]) -> tuple[CaseRecord, CaseRecord]:
+    """Both versions' second measurement of a case after their first, as one record a side (their processes
+    pooled, so the look again sees more than either look alone); the second alone when the two do not pool."""
+    if first is None:
+        return again
+    try:
+        return add_processes(first[0], again[0]), add_processes(first[1], again[1])
+    except ValueError:
+        return again
+
+
 def _check(baseline_run: RunRecord, base: list[CaseRecord], cand_run: RunRecord, cand: list[CaseRecord],
            label: str) -> CheckReport:
     doc = baseline_document(baseline_run, base)
@@ -137,8 +149,9 @@ class _Probing:
         todo = [c for c in self.cases if c.key in set(report.inconclusive_keys())] if not exact else []
         if todo:
             err.print(f"  {len(todo)} inconclusive case(s): measuring both versions of them once more", highlight=False)
-            report = rejudge_paired(report, measure_commit(todo, self.opts, self.tree, commit, self.repo, seed=1,
-                                                        processes=self.processes))
+            first = {b.case_key: (b, c) for b, c in pairs}
+            again = measure_commit(todo, self.opts, self.tree, commit, self.repo, seed=1, processes=self.processes)
+            report = rejudge_paired(report, [_pooled(first.get(b.case_key), (b, c)) for b, c in again])
         side, detail, why = probe_side(report, exact, self.steps)
         if "exact" not in self.asked:           # the first probe (the bad ref) sets the question
             slower = any(r.timing is not None and r.timing.verdict == "regressed" for r in report.rows)

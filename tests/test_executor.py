@@ -290,7 +290,7 @@ def test_a_crash_replaces_the_worker(sweep, crash, after):
 
 
 def test_the_worker_outlives_exceptions_and_caught_ooms(sweep):
-    """Only a crash or a timeout replaces the worker (issue 14 item 7): the worker started after exit3 ran boom,
+    """Only a crash or a timeout replaces the worker: the worker started after exit3 ran boom,
     both OOMs and ok_d."""
     workers = [sweep.out[line].built_in for line in ("boom", "torch_oom", "memory_error", "ok_d")]
     assert all(len(w) == 1 for w in workers) and len(set().union(*workers)) == 1

@@ -53,8 +53,8 @@ def test_history_flags_the_step_and_nothing_else(stepped):
     if series["smallest_flaggable_step"] >= 1.0:
         pytest.skip(f"the runs moved by more than the 2× step (smallest flaggable step "
                     f"{100 * series['smallest_flaggable_step']:.0f}%): a machine this busy cannot show it")
-    flags = series["flags"]
-    assert [(f["commit"], f["kind"]) for f in flags] == [(stepped["shas"][STEP_AT - 1], "slower")], flags
+    flags = [f for f in series["flags"] if f["kind"] != "transient"]     # a burst of load taken back is no step
+    assert [(f["commit"], f["kind"]) for f in flags] == [(stepped["shas"][STEP_AT - 1], "slower")], series["flags"]
     assert flags[0]["ratio"] > 1.5 and flags[0]["ci_low"] > 1.0
     assert series["smallest_flaggable_step"] > 0
     assert series["latest_vs_best"]["worse_by"] > 0.5
