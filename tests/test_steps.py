@@ -4,6 +4,7 @@ which mode it holds, and every measuring path (a run, a group, the A/B worker) m
 from __future__ import annotations
 
 import ast
+import dataclasses
 import inspect
 from pathlib import Path
 
@@ -111,3 +112,15 @@ def test_a_group_and_a_run_record_the_same_fields():
         for k in ("macs", "params", "executed_macs", "kv_cache_bytes", "prefill_macs"):
             assert rec.metrics.get(k) == solo.metrics.get(k), k
     assert together[0].group and together[0].group == together[1].group
+
+
+def test_a_replica_process_times_only():
+    """A replicated case's second and later processes (``RunOptions.replica``) lend only their samples: no counting,
+    memory or kernel pass (the first process's figures are kept: harness.engine.replicate.merge_processes)."""
+    first = run_case(_case("fwd"), FAST)
+    replica = run_case(_case("fwd"), dataclasses.replace(FAST, replica=True))
+    assert first.ok and replica.ok, (first.message, replica.message)
+    assert replica.samples_s and replica.metric("median_ms") > 0
+    for k in ("macs", "flops", "executed_macs"):
+        assert first.metric(k) and replica.metric(k) is None, k
+    assert "params" in replica.metrics and "est_peak_bytes" in replica.metrics     # the budget guard still runs

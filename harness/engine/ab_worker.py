@@ -67,12 +67,12 @@ def serve() -> None:
             if cmd == "prepare":
                 held.clear()
                 case, timing = case_from(arg), TimingConfig(**extra["timing"])
-                opts = RunOptions(timing=timing, plugins=plugins)
+                opts = RunOptions(timing=timing, plugins=plugins, replica=not extra.get("memory", True))
                 got = prepare(case, opts)
                 if isinstance(got, CaseRecord):
                     conn.send(("done", asdict(got)))
                     continue
-                held.update(p=got, opts=opts, memory=extra.get("memory", True), spent=0.0)
+                held.update(p=got, opts=opts, spent=0.0)
                 if "latency" in case.metrics:
                     monitor = LoadMonitor()
                     monitor.start()
@@ -90,7 +90,7 @@ def serve() -> None:
                 timed = None
                 if "sampler" in held:      # the seconds spent in the sampler: its time parts (harness.engine.overhead)
                     timed = Timed(held["sampler"].result(held["spent"]), held["monitor"].stop(), group=arg or "")
-                rec = measure_prepared(p, held["opts"], timed, memory_pass=held["memory"])
+                rec = measure_prepared(p, held["opts"], timed)
                 conn.send(("done", asdict(rec)))
                 held.clear()
         except Exception as exc:  # noqa: BLE001 — the case's failure is its record

@@ -189,15 +189,15 @@ def ok_record(p: Prepared, samples: tuple[float, ...] = (), rounds: tuple[int, .
                          group=group, sdpa_backend=p.sdpa_backend, duration_s=time.perf_counter() - p.t0)
 
 
-def measure_prepared(p: Prepared, opts: RunOptions, timed: Timed | None = None, *,
-                     memory_pass: bool = True) -> CaseRecord:
+def measure_prepared(p: Prepared, opts: RunOptions, timed: Timed | None = None) -> CaseRecord:
     """Measure the prepared case ``p`` and return its record: timing, the memory and counting passes, energy, in
     that order (the module docstring) — the one measuring protocol, whatever path calls it.
 
     ``timed``: the step's timing, taken by the caller side by side with other steps; None times it alone here
     (:func:`harness.instruments.timing.measure` with ``opts.timing``). Either way only a case that measures
-    latency is timed. ``memory_pass`` False leaves out the memory and counting passes: a replica process whose
-    record only lends its samples to another's (the A/B worker's second and later processes). Never raises for
+    latency is timed. A replica process (``opts.replica``: one whose record only lends its samples to the first
+    process's — a replicated case's second and later processes, the A/B worker's) leaves out the memory, counting
+    and energy passes. Never raises for
     the case's own failure: that is its record (:func:`failed_record`), with the metrics measured before it, and
     the process's kept model is dropped (a failed step may leave it half-way, and an out-of-memory wants the
     memory back)."""
@@ -214,9 +214,9 @@ def measure_prepared(p: Prepared, opts: RunOptions, timed: Timed | None = None, 
             add_timing(p, timed.result, timed.load)
             add_time_parts(p, timed.result, timed.warmup_s)
             samples, rounds, group = timed.result.samples_s, timed.result.rounds, timed.group
-        if memory_pass:
+        if not opts.replica:
             memory_and_kernels(p)
-        energy_pass(p, opts)
+            energy_pass(p, opts)
         return ok_record(p, samples, rounds, group)
     except Exception as exc:  # noqa: BLE001 — a case's failure is a result, the sweep goes on
         MODELS.clear()

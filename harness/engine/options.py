@@ -23,3 +23,5 @@ class RunOptions:
     processes: int = 1              # fresh worker processes per case, records merged (harness.engine.replicate)
     max_processes: int = 0          # > processes: more for a group whose interval is wider than ×/÷ precision
     precision: float = PRECISION    # harness.engine.replicate.imprecise
+    replica: bool = False           # a replica process: its record lends only its samples to the first process's
+                                    # (no counting, memory or energy pass: harness.engine.replicate.merge_processes)

@@ -118,7 +118,7 @@ def prepare(case: Case, opts: RunOptions, in_use: Sequence[tuple[nn.Module, str]
         MODELS.keep_only(model_key(case))    # another model next: free this process's kept one first
         gaps: dict[str, str] = {}
         with timed_part(metrics, "count"):
-            metrics.update(fake_pass(spec, w, device, "flops" in case.metrics, gaps))
+            metrics.update(fake_pass(spec, w, device, "flops" in case.metrics and not opts.replica, gaps))
         note = ("MACs not counted (no formula for: " + "; ".join(f"{op}: {why}" for op, why in gaps.items())
                 + ")") if gaps else ""
         for q in (q for q in spec.quoted if q.applies(spec.config)):   # published figures (harness.contract.quoted)

@@ -143,6 +143,7 @@ class ProcessExecutor:
         once its group's last pass is done."""
         n = opts.processes
         one = dataclasses.replace(opts, processes=1, max_processes=0, timing=per_process_timing(opts.timing, n))
+        replica = dataclasses.replace(one, replica=True)
         groups = interleave_groups(cases) if opts.interleave else [[c] for c in cases]
         parts: dict[str, list[CaseRecord]] = {c.key: [] for c in cases}
         todo = list(range(len(groups)))
@@ -152,7 +153,8 @@ class ProcessExecutor:
                 if not todo:
                     break
             self._stop()                          # a fresh process for every pass
-            for rec in self._run_groups([groups[g] for g in todo], one):
+            # the counting, memory and energy passes once, in the first process (merge_processes keeps its)
+            for rec in self._run_groups([groups[g] for g in todo], one if i == 0 else replica):
                 parts[rec.case_key].append(rec)
             log.info("process %d of %s done (%d cases%s)", i + 1, n if i < n else f"up to {opts.max_processes}",
                      sum(len(groups[g]) for g in todo),
