@@ -60,6 +60,17 @@ def test_max_time_caps_slow_fn_but_keeps_three_samples() -> None:
     assert r.warmup_calls >= cfg.warmup_calls
 
 
+def test_a_slow_step_warms_up_for_warmup_max_s_not_warmup_calls() -> None:
+    """Counted calls, no clock asserted: with warm-up calls of 0.06 s and ``warmup_max_s`` 0.1, the warm-up stops
+    after 2 calls (at least one, never the 10 asked), where a fast step makes all 10."""
+    cfg = TimingConfig(warmup_calls=10, warmup_s=0.0, warmup_max_s=0.1, min_samples=3, min_time_s=0.0, rounds=1)
+    r = measure_cpu(lambda: spin(0.06), cfg)
+    assert 1 <= r.warmup_calls <= 2
+    assert measure_cpu(lambda: spin(0.0001), cfg).warmup_calls >= 10
+    with pytest.raises(ValueError):
+        TimingConfig(warmup_max_s=-1.0)
+
+
 def test_cold_call_recorded_separately() -> None:
     calls = []
 

@@ -72,8 +72,9 @@ def alone(value: int) -> int:
 class TimingConfig:
     """How long and how often to run a callable; see :func:`measure` for the stop rule."""
 
-    warmup_calls: int = 3  # at least this many warm-up calls...
+    warmup_calls: int = 3  # at least this many warm-up calls (unless they pass warmup_max_s)...
     warmup_s: float = 0.025  # ...and at least this long
+    warmup_max_s: float = 1.0  # a slow step's warm-up ends after this long (one call at least), as triton's do_bench
     min_samples: int = 30
     min_time_s: float = 0.5
     max_time_s: float = 10.0  # cap per case, cold call and warm-up included (>= 3 samples anyway)
@@ -85,7 +86,7 @@ class TimingConfig:
     def __post_init__(self) -> None:
         if self.warmup_calls < 0 or self.min_samples < 1 or self.rounds < 1:
             raise ValueError("warmup_calls must be >= 0, min_samples and rounds >= 1")
-        if min(self.warmup_s, self.min_time_s, self.min_sample_s) < 0 or self.max_time_s <= 0:
+        if min(self.warmup_s, self.warmup_max_s, self.min_time_s, self.min_sample_s) < 0 or self.max_time_s <= 0:
             raise ValueError("times must be non-negative and max_time_s positive")
 
     @classmethod
@@ -248,7 +249,9 @@ def measure(fn: Callable[[], object], config: TimingConfig, device: torch.device
     """Time ``fn`` on ``device`` (the same steps on every device, with its clock: :data:`CLOCKS`).
 
     1. Cold: the first call is timed alone (``cold_s``; on CUDA between two synchronizes).
-    2. Warm-up: calls until at least ``warmup_calls`` were made AND ``warmup_s`` elapsed.
+    2. Warm-up: calls until at least ``warmup_calls`` were made AND ``warmup_s`` elapsed — or, for a slow step,
+       until ``warmup_max_s`` elapsed (one call at least after the cold one: triton's do_bench likewise warms up
+       for a time, ``max(1, warmup / estimate)`` calls).
     3. Block size k = ceil(min_sample_s / warm-up mean per call), at least 1. When k > 1
        the warm-up mean is inflated by its per-call clock reads (and synchronizes), so a block of k calls is
        timed and k rescaled from it until a block lasts >= min_sample_s (at most
@@ -327,7 +330,8 @@ class Sampler:
             self.n_warm += 1
             self.clock.sync()
             elapsed = time.perf_counter() - w_start
-            if agree(int(self.n_warm >= config.warmup_calls and elapsed >= config.warmup_s)):
+            enough = self.n_warm >= config.warmup_calls or elapsed >= config.warmup_max_s
+            if agree(int(enough and elapsed >= config.warmup_s)):
                 break
         self.k = agree(_block_size(elapsed / self.n_warm, config))
         for _ in range(_CALIBRATION_STEPS if self.k > 1 else 0):
