@@ -174,8 +174,10 @@ def test_merge_processes_orders_samples_by_process_and_stores_counts():
     parts = []
     for g in t.processes(4, 20):
         s, r = _flat([g], 5)
-        parts.append(_record("k", s, r, 1, rss_hwm_bytes=1.0))
+        parts.append(_record("k", s, r, 1, rss_hwm_bytes=1.0, time_timed_s=2.0, time_count_s=0.5))
     merged = merge_processes(parts)
+    # where the time went counts every process (the run's overhead account), the counted figures the first's
+    assert merged.metrics["time_timed_s"] == 8.0 and merged.metrics["time_count_s"] == 2.0
     assert merged.samples_s == tuple(x for p in parts for x in p.samples_s)
     m = merged.metrics
     assert m["n_processes"] == 4 and m["n_rounds"] == 20 and m["n_samples"] == 80 and m["process_rounds"] == 5

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from harness.contract.records import CaseRecord
 from harness.contract.replication import PRECISION
 from harness.analysis.stats import summarize_rounds
+from harness.engine.overhead import CASE_PARTS, metric_name
 from harness.instruments.timing import TimingConfig
 
 GATE_PROCESSES = 5
@@ -84,6 +85,14 @@ def timing_metrics(samples_s: Sequence[float], rounds: Sequence[int], n_processe
     return out
 
 
+def _summed_parts(records: Sequence[CaseRecord]) -> dict[str, float]:
+    """The seconds each part of a case took (harness.engine.overhead), summed over the processes it ran in: the run's
+    account of where its wall time went counts every process, not the first alone."""
+    names = [metric_name(p) for p in CASE_PARTS]
+    return {n: sum(r.metrics.get(n, 0.0) or 0.0 for r in records) for n in names
+            if any(n in r.metrics for r in records)}
+
+
 def merge_processes(parts: Sequence[CaseRecord]) -> CaseRecord:
     """One case's records from several processes (in process order) as one record. A process where the case
     was not ok decides the record (its failure is the result, never hidden by the others); otherwise the
@@ -103,6 +112,7 @@ def merge_processes(parts: Sequence[CaseRecord]) -> CaseRecord:
     rounds = tuple(n for r in timed for n in r.rounds)
     metrics = dict(first.metrics)
     metrics.update(timing_metrics(samples, rounds, len(timed)))
+    metrics.update(_summed_parts(parts))
     loads = [r.metric("load_others_cores") for r in timed if r.metric("load_others_cores") is not None]
     if loads:
         metrics["load_others_cores"] = max(loads)
@@ -130,6 +140,7 @@ def add_processes(merged: CaseRecord, more: CaseRecord) -> CaseRecord:
     samples, rounds = merged.samples_s + more.samples_s, merged.rounds + more.rounds
     metrics = {k: v for k, v in merged.metrics.items() if not k.startswith("process_median_ms_")}
     metrics.update(timing_metrics(samples, rounds, n1 + n2))
+    metrics.update(_summed_parts((merged, more)))
     loads = [r.metric("load_others_cores") for r in (merged, more) if r.metric("load_others_cores") is not None]
     if loads:
         metrics["load_others_cores"] = max(loads)
