@@ -15,6 +15,7 @@ import torch
 from claims.catalog import load_catalog, select_claims
 from claims.estimate import TIMINGS, estimate, minutes
 from claims.evidence import Context
+from claims.experiments.runner import Training, training
 from claims.merge import base_device, merge_runs
 from claims.model import Claim, Verdict
 from claims.record import claims_document, read_verdicts
@@ -89,7 +90,8 @@ def claims(quick: bool, only: str | None, output: str, markdown: str | None, sto
         err.print(f"[bold]{v.claim.id}[/] [{VERDICT_STYLE[v.verdict]}]{v.verdict}[/] ({v.device}, {v.mode}): "
                   f"{v.reason}", highlight=False)
 
-    measured = run_claims(chosen, ctx, progress)
+    with training(Training.pooled(threads)):     # the experiments' trials share one pool of worker processes
+        measured = run_claims(chosen, ctx, progress)
     context = {"quick": quick, "seeds": list(seed_list), "threads": threads, "used": ctx.used, "force": force,
                "device": device, "processes": ctx.processes, "max_processes": ctx.max_processes,
                "wall_s": time.perf_counter() - t0,
