@@ -1,5 +1,5 @@
-"""The attention operation alone, softmax(q·kᵀ/√d_k)·v, with no projections: what claims C01–C03 and C08
-call "self-attention" when they say it costs O(n²·d) and stores n² scores.
+"""The attention operation alone, softmax(q·kᵀ/√d_k)·v, with no projections: what the source documents call
+"self-attention" when they say it costs O(n²·d) and stores n² scores.
 
 ``forward(q, k, v)`` takes (B, H, n, d_head) tensors and runs the exact core every model here uses
 (:class:`~architectures.layers.attention.ExactCore`: :func:`~architectures.layers.attention.eager_attention`,

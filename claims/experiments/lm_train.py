@@ -1,4 +1,4 @@
-"""The byte-level language-model experiments' shared part (C10/C11, C14–C16, C18), CPU-sized.
+"""The byte-level language-model experiments' shared part (K/V heads, positions, the causal mask), CPU-sized.
 
 :func:`train_variants` trains every variant × seed of an experiment on the same corpus with
 :func:`train_lm` (AdamW β = 0.9, 0.95, linear warm-up then cosine decay to 10%, gradient clipping,
