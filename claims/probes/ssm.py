@@ -243,7 +243,10 @@ def ssm_recall(ctx: Context) -> Evidence:
     ev.figures.update(recall_figures(recall, lm))
     for f in RECALL_FIGURES:
         if f not in ev.figures:
-            ev.unavailable[f] = "the experiment has no such variant"
+            trained = ", ".join(recall["variants"])
+            ev.unavailable[f] = (f"this run trained {trained} only (--quick leaves S4D out: the full run trains it)"
+                                 if recall["setup"].get("ssms") != ["s4d", "mamba"] else
+                                 "the experiment has no such variant")
     ev.notes += [recall.get("data_description", ""), lm.get("data_description", "")]
     acc = {name: {p: m["acc"] for p, m in v["by_pairs"].items()} for name, v in recall["variants"].items()}
     ev.chart = mean_chart(acc, "associative recall: held-out accuracy vs number of pairs", "key-value pairs P",
