@@ -38,7 +38,7 @@ DATA = ("Byte-level language modelling of CPython's standard-library source, as 
         "~2.65M training tokens from 95 files, ~0.35M validation tokens from 10 held-out files, vocab 128. "
         "The MHA decoder of kv_heads' QUICK setup (d_model 128, 2 layers, 8 heads, ~0.43M parameters) against "
         "Mamba (N=16, E=2d; and S4D, N=64, in FULL only) LMs of the decoder's depth whose width is chosen to match its parameter "
-        "count within 5% (QUICK: Mamba d_model 168; FULL: S4D 344 too; counts in the result). QUICK: 80 steps × 16 windows × "
+        "count within 5% (QUICK: Mamba d_model 168; counts in the result). QUICK: 80 steps × 16 windows × "
         "64 tokens per model (~82k tokens, a fifth of kv_heads' QUICK budget of 200 × 32 × 64: the SSMs' scans cost "
         "5–10× the decoder's step on the CPU, and the whole claims run must stay short), constant comparison at that "
         "budget; FULL: 400 steps × 32 × 64 (kv_heads' FULL budget) with the 4-layer decoder. Orders of magnitude "
