@@ -118,9 +118,15 @@ class Context:
                                 options={"sets": sets, "by": "bench claims", "interleave": True,
                                          **({"processes": procs} if procs > 1 else {}),
                                          **({"max_processes": most} if most > procs else {})}) as opened:
+                many = [c for c in cases if procs == self.processes or reads.over_processes(c)]
                 opened.execute(self.executor, run_options(self.quick, interleave=True, processes=procs,
-                                                          max_processes=most),
+                                                          max_processes=most), cases=many,
                                on_record=self.on_record)
+                rest = [c for c in cases if c not in many]       # read by no deciding timing rule: as the run asks
+                if rest:
+                    opened.execute(self.executor, run_options(self.quick, interleave=True, processes=self.processes,
+                                                              max_processes=self.max_processes), cases=rest,
+                                   on_record=self.on_record)
             run = opened.record()
         else:
             log.info("claims: reusing run %s of %s", run.id, name)

@@ -12,27 +12,38 @@ from harness.contract.errors import BenchInputError
 from harness.contract.spec import WORKLOAD_KEYS, Case
 
 READS = Path(__file__).with_name("reads.toml")
-KEYS = {"lines", "drop", "peak", "processes", "why"}
+KEYS = {"lines", "drop", "peak", "processes", "processes_for", "why"}
 
 
 @dataclass(frozen=True)
 class Reads:
     """The part of one suite that rules read: ``lines`` (None: all), ``drop`` (cases matching any of these
     tables are left out), ``peak`` (a rule reads the run's calibrated peak), ``processes`` (a deciding timing rule
-    needs its cases measured in at least this many fresh worker processes) and ``why`` (which rules read what)."""
+    needs its cases measured in at least this many fresh worker processes), ``processes_for`` (only the cases
+    matching one of these tables need them; empty: every case) and ``why`` (which rules read what)."""
 
     lines: tuple[str, ...] | None = None
     drop: tuple[tuple[tuple[str, Any], ...], ...] = ()
     peak: bool = False
     why: str = ""
     processes: int = 1
+    processes_for: tuple[tuple[tuple[str, Any], ...], ...] = ()
 
     def keeps(self, case: Case) -> bool:
         """Whether some rule reads ``case`` (its line is kept and no ``drop`` table matches it)."""
         if self.lines is not None and not any(_is_line(case, label) for label in self.lines):
             return False
-        return not any(all(_value(case, k) == v if k != "line" else _is_line(case, v) for k, v in match)
-                       for match in self.drop)
+        return not any(_matches(case, match) for match in self.drop)
+
+    def over_processes(self, case: Case) -> bool:
+        """Whether a deciding timing rule reads ``case``: it is measured in :attr:`processes` worker processes (the
+        others in as many as the run asks for everyone)."""
+        return not self.processes_for or any(_matches(case, match) for match in self.processes_for)
+
+
+def _matches(case: Case, match: tuple[tuple[str, Any], ...]) -> bool:
+    """``case`` has every value of ``match`` (``line``: its line label; any other key a workload or config value)."""
+    return all(_value(case, k) == v if k != "line" else _is_line(case, v) for k, v in match)
 
 
 def _is_line(case: Case, label: str) -> bool:
@@ -68,9 +79,13 @@ def parse(data: dict[str, Any], where: str = "claims/reads.toml") -> dict[str, R
         processes = raw.get("processes", 1)
         if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
             raise BenchInputError("processes must be a whole number ≥ 1", where=f"{where}: {suite}.processes")
+        only = raw.get("processes_for", [])
+        if not isinstance(only, list) or not all(isinstance(d, dict) and d for d in only) or (only and processes < 2):
+            raise BenchInputError("processes_for must be a list of non-empty tables, beside processes ≥ 2",
+                                  where=f"{where}: {suite}.processes_for")
         out[suite] = Reads(tuple(lines) if lines is not None else None,
                            tuple(tuple(sorted(d.items())) for d in drop), bool(raw.get("peak", False)), raw["why"],
-                           processes)
+                           processes, tuple(tuple(sorted(d.items())) for d in only))
     return out
 
 

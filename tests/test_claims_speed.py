@@ -53,7 +53,7 @@ def test_every_cut_names_lines_and_values_the_suite_has(suite):
     reads = reads_of(suite)
     labels = set(loaded.lines)
     assert set(reads.lines or ()) <= labels
-    for match in reads.drop:
+    for match in (*reads.drop, *reads.processes_for):
         entry = dict(match)
         assert entry.get("line", next(iter(labels))) in labels
         for key, value in entry.items():
@@ -84,6 +84,8 @@ def test_the_cuts_of_the_quick_run():
     big = {c.line for c in vit if c.workload.batch_size > 1 and reads_of("vit_vs_cnn").keeps(c)}
     assert big == {"resnet50", "efficientnet-b0", "vit-b16", "vit-s16"}
     assert [s for s in load_reads() if reads_of(s).peak] == ["vit_vs_cnn"]        # C23's vit_peak_share
+    # over 3 processes: batch 1, which the central timing rules (C23, C27, C28) read; the larger batch in one
+    assert [c.workload.batch_size for c in vit if reads_of("vit_vs_cnn").over_processes(c)] == [1] * 7
     assert reads_of("no_such_suite") == Reads()                                   # unlisted: whole, no calibration
 
 
@@ -94,6 +96,8 @@ def test_reads_file_is_checked():
         parse({"heads": {"lines": ["MHA eager"]}})
     with pytest.raises(BenchInputError, match="lines"):
         parse({"heads": {"lines": [], "why": "x"}})
+    with pytest.raises(BenchInputError, match="processes_for"):
+        parse({"heads": {"processes_for": [{"batch_size": 1}], "why": "x"}})      # without processes ≥ 2
     assert tomllib.loads(READS.read_text())                                        # the shipped file parses
 
 
@@ -236,3 +240,16 @@ def test_the_table_is_refreshed_from_a_runs_pieces(tmp_path):
     path = tmp_path / "t.toml"
     path.write_text(table_from_run(doc, "measured on a test"))
     assert load_timings(path) == {"suite heads": 42.0, "probe heads": 1.2, "experiment claims_generation": 7.0}
+
+
+def test_only_the_cases_a_deciding_timing_rule_reads_run_over_processes(write_suite, tmp_path, monkeypatch):
+    """``processes_for``: the cases it matches are measured in the reads' worker processes, the others as the run
+    asks (one process): what a rule over processes reads has its interval over them, and nothing else pays for it."""
+    path = write_suite(TINY.format().replace('metrics = ["flops"]', 'metrics = ["latency"]'))
+    store = Store(f"sqlite:///{tmp_path / 's.sqlite'}")
+    reads = Reads(lines=("exact",), processes=2, processes_for=((("seq_len", 16),),), why="test")
+    import claims.evidence as evidence
+    monkeypatch.setattr(evidence, "reads_of", lambda name: reads)
+    ctx = Context(store=store, quick=True, threads=1, executor="process", calibrate=False)
+    _, rows = ctx.suite(str(path))
+    assert {r.value("seq_len"): r.metric("n_processes") for r in rows} == {8: 1.0, 16: 2.0}
