@@ -21,6 +21,8 @@ from claims.experiment_store import ExperimentStore
 from claims.experiments.runner import Training
 from harness.engine.env import fingerprint
 from harness.contract.records import CaseRecord, RunRecord
+from harness.executors import make_executor
+from harness.executors.base import Executor
 from harness.session import Run, run_options
 from harness.store.db import Store
 from harness.engine.checks import WORKLOAD_CHECKS
@@ -74,6 +76,7 @@ class Context:
     _experiment_provenance: dict[str, dict[str, Any]] = field(default_factory=dict)
     provenance: list[dict[str, Any]] = field(default_factory=list)   # one entry per suite/experiment use
     pieces: dict[str, dict[str, Any]] = field(default_factory=dict)  # "suite X" / "experiment Y" -> seconds, reused
+    _executor: Executor | None = None                                 # kept_executor()
 
     @property
     def used(self) -> list[str]:
@@ -90,6 +93,19 @@ class Context:
         return fingerprint(threads=self.threads)["hard"]
 
     # -- suites ----------------------------------------------------------------------------
+    def kept_executor(self) -> Executor:
+        """The executor every suite of this context measures through, made once: its worker process stays between
+        suites (a replicated suite starts fresh ones for its passes all the same). :meth:`close` ends it."""
+        if self._executor is None:
+            self._executor = make_executor(self.executor)
+        return self._executor
+
+    def close(self) -> None:
+        """End the kept executor's workers (a context used again makes new ones)."""
+        if self._executor is not None:
+            self._executor.close()
+            self._executor = None
+
     def suite(self, name: str, sets: dict[str, Any] | None = None) -> tuple[RunRecord, list[CaseRecord]]:
         """The run of suite ``name`` (built-in, or a path) with ``sets`` pinned (as ``--set``) on this context's
         device (a CUDA device applies the suite's [cuda] table), and its records."""
@@ -119,12 +135,12 @@ class Context:
                                          **({"processes": procs} if procs > 1 else {}),
                                          **({"max_processes": most} if most > procs else {})}) as opened:
                 many = [c for c in cases if procs == self.processes or reads.over_processes(c)]
-                opened.execute(self.executor, run_options(self.quick, interleave=True, processes=procs,
+                opened.execute(self.kept_executor(), run_options(self.quick, interleave=True, processes=procs,
                                                           max_processes=most), cases=many,
                                on_record=self.on_record)
                 rest = [c for c in cases if c not in many]       # read by no deciding timing rule: as the run asks
                 if rest:
-                    opened.execute(self.executor, run_options(self.quick, interleave=True, processes=self.processes,
+                    opened.execute(self.kept_executor(), run_options(self.quick, interleave=True, processes=self.processes,
                                                               max_processes=self.max_processes), cases=rest,
                                    on_record=self.on_record)
             run = opened.record()

@@ -90,8 +90,11 @@ def claims(quick: bool, only: str | None, output: str, markdown: str | None, sto
         err.print(f"[bold]{v.claim.id}[/] [{VERDICT_STYLE[v.verdict]}]{v.verdict}[/] ({v.device}, {v.mode}): "
                   f"{v.reason}", highlight=False)
 
-    with training(Training.pooled(threads)):     # the experiments' trials share one pool of worker processes
-        measured = run_claims(chosen, ctx, progress)
+    try:
+        with training(Training.pooled(threads)):     # the experiments' trials share one pool of worker processes
+            measured = run_claims(chosen, ctx, progress)
+    finally:
+        ctx.close()                                  # the suites' kept worker
     context = {"quick": quick, "seeds": list(seed_list), "threads": threads, "used": ctx.used, "force": force,
                "device": device, "processes": ctx.processes, "max_processes": ctx.max_processes,
                "wall_s": time.perf_counter() - t0,

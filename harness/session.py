@@ -192,6 +192,7 @@ class Run:
         taking writes ends the execution (:class:`StoreLostError`, after the cases are kept locally)."""
         owned = isinstance(executor, str)
         ex = make_executor(executor) if isinstance(executor, str) else executor
+        before = (float(getattr(ex, "startup_s", 0.0) or 0.0), int(getattr(ex, "starts", 0) or 0))
         try:
             for rec in ex.run(self.todo if cases is None else cases, opts):
                 self.add(rec)
@@ -200,7 +201,7 @@ class Run:
         finally:
             if owned:
                 ex.close()
-            self.note_executor(ex)
+            self.note_executor(ex, before)
         return self.failed
 
     def add(self, rec: CaseRecord) -> CaseRecord:
@@ -219,10 +220,12 @@ class Run:
         self._keep_locally(rec)
         raise self._lost_error()
 
-    def note_executor(self, ex: object) -> None:
-        """Account an executor's worker start-ups (and how many workers measured at once) to this run."""
+    def note_executor(self, ex: object, before: tuple[float, int] = (0.0, 0)) -> None:
+        """Account an executor's worker start-ups (and how many workers measured at once) to this run; ``before``:
+        its start-up seconds and starts already counted (a kept executor that measured other runs)."""
         s, n, w = self._workers
-        self._workers = (s + float(getattr(ex, "startup_s", 0.0) or 0.0), n + int(getattr(ex, "starts", 0) or 0),
+        self._workers = (s + float(getattr(ex, "startup_s", 0.0) or 0.0) - before[0],
+                         n + int(getattr(ex, "starts", 0) or 0) - before[1],
                          max(w, int(getattr(ex, "concurrency", 1) or 1)))
 
     # -- the end ---------------------------------------------------------------------------------------------------

@@ -253,3 +253,18 @@ def test_only_the_cases_a_deciding_timing_rule_reads_run_over_processes(write_su
     ctx = Context(store=store, quick=True, threads=1, executor="process", calibrate=False)
     _, rows = ctx.suite(str(path))
     assert {r.value("seq_len"): r.metric("n_processes") for r in rows} == {8: 1.0, 16: 2.0}
+
+
+def test_the_suites_of_a_claims_run_share_one_worker(write_suite, tmp_path):
+    """One worker process measures every one-process suite of a context (it starts once, not per suite), and each
+    run accounts only its own worker start."""
+    first = write_suite(TINY.format(), "a.toml")
+    second = write_suite(TINY.format().replace("tiny_reads", "tiny_reads_2"), "b.toml")
+    ctx = Context(store=Store(f"sqlite:///{tmp_path / 's.sqlite'}"), quick=True, threads=1, executor="process",
+                  calibrate=False)
+    try:
+        runs = [ctx.suite(str(p))[0] for p in (first, second)]
+        assert ctx.kept_executor().starts == 1
+        assert [r.options["overhead"]["worker_starts"] for r in runs] == [1, 0]
+    finally:
+        ctx.close()
