@@ -10,7 +10,7 @@ from markupsafe import Markup
 from matplotlib.figure import Figure
 
 from reports.jinja import template_env
-from reports.plots import figure_svg, tex_safe
+from reports.plots import figure_svg, set_log, tex_safe
 
 VERDICTS = ("supported", "partly supported", "contradicted", "inconclusive")
 
@@ -98,13 +98,13 @@ def chart_svg(chart: dict[str, Any] | None) -> str:
                                 [p[3] if p[3] is not None else p[1] for p in pts], color=line.get_color(), alpha=.15)
         ax.legend(fontsize=7, loc="best")
         if chart['x_log']:
-            ax.set_xscale("log")
+            set_log(ax, "x")
     for label, y in chart['hlines'].items():
         ax.axhline(y, color="#c0392b", ls="--", lw=1)
         ax.text(0.01, y, tex_safe(label), transform=ax.get_yaxis_transform(), fontsize=7, color="#c0392b",
                 va="bottom")
     if chart['y_log']:
-        ax.set_yscale("log")
+        set_log(ax, "y")
     ax.set_title(tex_safe(chart['title']), fontsize=10)
     ax.set_xlabel(tex_safe(chart['x_label']), fontsize=9)
     ax.set_ylabel(tex_safe(chart['y_label']), fontsize=9)

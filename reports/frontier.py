@@ -16,7 +16,7 @@ from harness.contract.quoted import sources
 from harness.contract.records import CaseRecord
 from harness.contract.metrics import BY_NAME
 from reports.pareto import Frontier, Point, dominates, pareto  # noqa: F401  (re-exported: the pure part)
-from reports.plots import tex_safe
+from reports.plots import set_log, tex_safe
 
 TOP1 = "quoted_top1"
 COSTS: dict[str, tuple[str, bool, str]] = {      # metric -> (axis label, lower is better: the catalog's, short word)
@@ -106,7 +106,7 @@ def frontier_figure(records: Sequence[CaseRecord], title: str = "") -> Figure:
         xs = [p.cost / scale for p in f.front]
         ys = [p.accuracy for p in f.front]
         ax.step(xs, ys, where="post" if lower else "pre", color="#1f618d", lw=1.4, label="Pareto frontier")
-        ax.set_xscale("log")
+        set_log(ax, "x")
         ax.set_xlabel(label)
         ax.set_ylabel("ImageNet-1k top-1 (%), quoted")
         ax.grid(True, which="both", alpha=0.25)

@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from harness.contract.records import CaseRecord
 from reports.frames import device_dtype, peak_bandwidth, peak_flops, roofline_point
 from reports.labels import case_labels
-from reports.plots import tex_safe
+from reports.plots import set_log, tex_safe
 
 ABOVE_ROOF_MEANING = ("a stale calibration (the peak was measured lower than the machine reaches, e.g. under load) "
                       "or a computation the count does not know was skipped, e.g. causal attention in a case "
@@ -149,8 +149,7 @@ def roofline_figure(records: Sequence[CaseRecord], peak: Mapping[str, Any] | Non
     if data.above_roof:
         ax.scatter([], [], marker="*", s=150, color="white", edgecolors="#c0392b", linewidths=1.4,
                    label=f"above the roof ({len(data.above_roof)}): see the note")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
+    set_log(ax, "x", "y")
     ax.set_xlim(lo, hi)
     y_vals = [p.achieved for p in every] + [r.flops_per_s for r in data.roofs]
     if y_vals:

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from harness.contract import registry
+from harness.engine.env import freeze_heap
 from harness.instruments.load import LoadMonitor
 from harness.contract.records import CaseRecord
 from harness.engine.measure import Prepared, Timed, failed_record, measure_prepared
@@ -54,6 +55,7 @@ def serve() -> None:
     conn = Connection(sock.detach())
     plugins = tuple(p for p in os.environ.get("BENCH_AB_PLUGINS", "").split(os.pathsep) if p)
     registry.list_archs()
+    freeze_heap()             # the imports stay out of the collections before each measurement
     held: dict[str, Any] = {}
     while True:
         try:

@@ -19,7 +19,7 @@ from multiprocessing.connection import Connection
 from harness.contract import registry
 from harness.executors.base import interleave_groups, poisons_worker
 from harness.executors.deaths import death_record, read_oom_kills
-from harness.engine.env import die_with_parent
+from harness.engine.env import die_with_parent, freeze_heap
 from harness.engine.replicate import imprecise, merge_processes, per_process_timing
 from harness.engine.runner import RunOptions, run_case, run_group
 from harness.contract.records import CaseRecord
@@ -34,6 +34,7 @@ log = logging.getLogger("bench")
 def _worker(conn: Connection) -> None:
     die_with_parent()
     registry.list_archs()     # import the built-in and installed architectures before the first case is timed
+    freeze_heap()             # the imports stay out of the collections before each measurement
     conn.send("ready")
     while True:
         try:
