@@ -112,7 +112,8 @@ def test_cpu_median_agrees_with_torch_benchmark_within_round_spread(one_thread: 
         got = interleaved({"ours": lambda: statistics.median(measure_cpu(one, cfg).samples_s),
                            "tub": tub(one), "tub_twice": tub(two)}, seed=attempt)
         tries.append((agree(got["ours"], got["tub"]), agree(got["ours"], got["tub_twice"])))
-        if tries[-1][0].ok:
+        # an attempt whose rounds spread so widely that twice the work passes too could tell nothing: try again
+        if tries[-1][0].ok and not tries[-1][1].ok:
             break
     record_property("agreements", [(t[0].ratio, t[0].tolerance) for t in tries])
     good, control = tries[-1]
