@@ -8,13 +8,21 @@ STAMP  := $(VENV)/.installed
 
 EXTRAS := .[test,parquet,timm,hf,postgres,ray,docs,claims]
 
-# uv installs the 6.4 GB of wheels in ~40 s where pip takes ~95 s (it unpacks and byte-compiles in parallel), from
-# the sources pip is configured with (scripts/pip-sources); if uv fails, pip installs as before.
+# uv installs the 6.4 GB of wheels in ~4 s from its cache where pip takes ~95 s, from the sources pip is configured with
+# (scripts/pip-sources); if uv fails, pip installs as before. Nothing is byte-compiled at install: uv's
+# --compile-bytecode compiles every module of every wheel (transformers', ray's, scipy's: 55 CPU-s, ~30 s of the
+# install), where a run or the tests import a small share of them, compiled on first import and written to
+# __pycache__ (below) for every later process.
+# Bytecode is written even where the shell sets PYTHONDONTWRITEBYTECODE (empty = unset for Python): without it every
+# process compiles again what it imports (~4.5 CPU-s for torch, pandas and the harness), and every pytest process
+# assertion-rewrites the ~130 test and harness modules again (~6 CPU-s each; the rewritten .pyc files go to the
+# ignored __pycache__ folders).
+export PYTHONDONTWRITEBYTECODE =
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade -c constraints.txt pip setuptools uv
 	sources=$$($(BIN)/python scripts/pip-sources $(BIN)/python) \
-	&& $(BIN)/uv pip install --quiet --python $(BIN)/python --compile-bytecode --index-strategy unsafe-best-match \
+	&& $(BIN)/uv pip install --quiet --python $(BIN)/python --index-strategy unsafe-best-match \
 		$$sources -c constraints.txt -e '$(EXTRAS)' \
 	|| { echo "uv could not install; installing with pip" >&2; \
 	     $(BIN)/python -m pip install --quiet -c constraints.txt -e '$(EXTRAS)'; }
@@ -28,10 +36,6 @@ run: $(STAMP)
 # The tests run on both cores (pytest-xdist, one module per worker, the longest modules first: tests/conftest.py's
 # SLOW_MODULES_FIRST, kept by --no-loadscope-reorder), then the `serial` ones alone: those judge timings or the
 # machine's load, which a test running beside them would disturb.
-# Bytecode is written even where the shell sets PYTHONDONTWRITEBYTECODE (empty = unset for Python): without it every
-# pytest process compiles and assertion-rewrites the ~130 test and harness modules again (~6 CPU-s each; the
-# rewritten .pyc files go to the ignored __pycache__ folders).
-test: export PYTHONDONTWRITEBYTECODE =
 test: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not serial" --durations=25

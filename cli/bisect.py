@@ -140,12 +140,13 @@ class _Probing:
                           options={"by": "bench bisect", "good": self.good.sha, "probe": commit.sha},
                           suite_path=self.suite.path, suite_text=self.suite.text, spec=self.suite.spec)
                  for c in (self.good, commit)]
+        exact = self.asked.get("exact", False)
+        processes = 1 if exact else self.processes      # an exact metric is the same in every process
         with sides[0], sides[1]:
-            pairs = measure_commit(self.cases, self.opts, self.tree, commit, self.repo, processes=self.processes,
+            pairs = measure_commit(self.cases, self.opts, self.tree, commit, self.repo, processes=processes,
                                    on_pair=lambda b, c: (sides[0].add(b), sides[1].add(c)))
         report = _check(sides[0].record(), [p[0] for p in pairs], sides[1].record(), [p[1] for p in pairs],
                         f"{self.good.short} (measured now)")
-        exact = self.asked.get("exact", False)
         todo = [c for c in self.cases if c.key in set(report.inconclusive_keys())] if not exact else []
         if todo:
             err.print(f"  {len(todo)} inconclusive case(s): measuring both versions of them once more", highlight=False)
@@ -160,7 +161,7 @@ class _Probing:
             self.asked["exact"] = side == "bad" and not slower and any(r.changed for r in report.rows)
             if self.asked["exact"]:
                 err.print("the bad ref differs from the good one in exact metrics, not in timing: bisecting on "
-                          "those metrics", highlight=False)
+                          "those metrics, one process a version", highlight=False)
         return Probe(commit, side, detail, why)  # type: ignore[arg-type]
 
 

@@ -67,10 +67,12 @@ INTERLEAVED = [(0, "fine", "ok"), (0, "killer", "sigkill"), (0, "also fine", "ok
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory) -> Iterator[Sweep]:
-    """The module's one sweep. The `bench run` of test_cli_exit_1_when_a_case_errors (inline: no timeout it could
-    miss) is started from here under SCHED_IDLE, so it runs only while this core would otherwise be idle (the
-    sweep's hang, its worker starts' waits) and never slows a timed case of the sweep; its process and store are
-    that test's alone, and the test reads its exit status and store when it runs."""
+    """The module's one sweep. The `bench run`s of the CLI tests below start from here, and their tests read their
+    exit status and stores when they run (each run's process and store are its test's alone): the one of
+    test_cli_exit_1_when_a_case_errors (inline: no timeout it could miss) under SCHED_IDLE, so it runs only while
+    this core would otherwise be idle and never slows a timed case of the sweep; the one of
+    test_cli_exit_0_when_cases_only_oom_or_time_out at normal priority (its cases have a timeout to meet), so its
+    hung case's wait overlaps the sweep's (20 s of this core idle once, not twice)."""
     tmp = tmp_path_factory.mktemp("pids")
     cases = {line: faulty_case(line, b, pid_file=str(tmp / f"{line}.pid")) for line, b in PLAN}
     opts = RunOptions(timing=FAST, timeout_s=HANG_TIMEOUT_S, plugins=(PLUGIN,))
@@ -79,6 +81,7 @@ def sweep(tmp_path_factory) -> Iterator[Sweep]:
     cli: dict[str, tuple[subprocess.Popen, str]] = {}
     try:
         cli["errors"] = _start_cli(tmp_path_factory.mktemp("cli_errors"), CLI_ERRORS, idle=True)
+        cli["timeouts"] = _start_cli(tmp_path_factory.mktemp("cli_timeouts"), CLI_TIMEOUTS)
         try:
             t = time.perf_counter()
             for rec in ex.run(list(cases.values()), opts):
@@ -253,8 +256,8 @@ def test_cli_exit_1_when_a_case_errors(sweep):
     assert "boom" in rows["broken"].message
 
 
-def test_cli_exit_0_when_cases_only_oom_or_time_out(tmp_path):
-    code, err, url = _finished(_start_cli(tmp_path, CLI_TIMEOUTS))
+def test_cli_exit_0_when_cases_only_oom_or_time_out(sweep):
+    code, err, url = _finished(sweep.cli["timeouts"])
     assert code == 0, err
     rows = _latest_rows(url)
     assert {k: r.status for k, r in rows.items()} == {"fine": "ok", "hangs": "timeout", "no_memory": "oom"}
