@@ -8,11 +8,11 @@ STAMP  := $(VENV)/.installed
 
 EXTRAS := .[test,parquet,timm,hf,postgres,ray,docs,claims]
 
-# uv installs the 6.4 GB of wheels in ~4 s from its cache where pip takes ~95 s, from the sources pip is configured with
-# (scripts/pip-sources); if uv fails, pip installs as before. Nothing is byte-compiled at install: uv's
-# --compile-bytecode compiles every module of every wheel (transformers', ray's, scipy's: 55 CPU-s, ~30 s of the
-# install), where a run or the tests import a small share of them, compiled on first import and written to
-# __pycache__ (below) for every later process.
+# uv installs the 6.4 GB of wheels (all of `make install` ~12 s with uv's cache warm; pip took ~95 s), from the sources
+# pip is configured with (scripts/pip-sources); if uv fails, pip installs as before. Nothing is byte-compiled at install: uv's
+# --compile-bytecode compiles every module of every wheel (transformers', ray's, scipy's: 55 CPU-s, ~30 s of a 41-s
+# install), where a run or the tests import a share of them, compiled on first import and written to __pycache__
+# (below) for every later process.
 # Bytecode is written even where the shell sets PYTHONDONTWRITEBYTECODE (empty = unset for Python): without it every
 # process compiles again what it imports (~4.5 CPU-s for torch, pandas and the harness), and every pytest process
 # assertion-rewrites the ~130 test and harness modules again (~6 CPU-s each; the rewritten .pyc files go to the
