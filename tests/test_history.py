@@ -22,6 +22,7 @@ from tests.history_repo import PLUGIN_PATH, make_repo, run_at, suite_file, use_p
 
 STEP_AT = 11
 N_COMMITS = 16
+PAUSE_MS = 8.0      # the plug-in's pause before the step (after it, twice): see ``stepped``
 
 
 def _history(d: Path, versions: list[tuple[float, int]]) -> dict:
@@ -50,9 +51,11 @@ def _change_points(series: dict) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def stepped(tmp_path_factory) -> dict:
-    """16 commits, 2× slower from commit 11, a run at each."""
+    """16 commits, 2× slower from commit 11, a run at each. The pause (a wall-clock busy-wait) is 8 ms so that it
+    outweighs what the machine's speed moves: the MLP and the step's own overhead, ~0.1 ms a call, slowed by half in
+    phases of this shared machine (a run at 2 ms pauses once read a confirmed ×1.070 step where no code changed)."""
     return _history(tmp_path_factory.mktemp("stepped"),
-                    [(2.0 if i < STEP_AT else 4.0, 16) for i in range(1, N_COMMITS + 1)])
+                    [(PAUSE_MS if i < STEP_AT else 2 * PAUSE_MS, 16) for i in range(1, N_COMMITS + 1)])
 
 
 @pytest.mark.serial
@@ -73,7 +76,7 @@ def test_history_flags_the_step_and_nothing_else(stepped):
 
 @pytest.mark.serial
 def test_aa_history_flags_nothing(tmp_path):
-    doc = _history(tmp_path, [(2.0, 16)] * 10)["doc"]
+    doc = _history(tmp_path, [(PAUSE_MS, 16)] * 10)["doc"]
     (series,) = doc["series"]
     assert len(series["points"]) == 10
     assert _change_points(series) == [], series["flags"]
