@@ -242,10 +242,9 @@ def test_agreement_rule_rejects_a_timer_off_by_the_floor() -> None:
     """The rule itself, on synthetic rounds: equal timers with some spread pass; a timer 10 % slow never passes at a
     5 % floor, however steady; rounds too noisy for the interval to fit the floor are not shown equal."""
     base = [1.0, 1.02, 0.98, 1.01, 0.99, 1.0, 1.03, 0.97] * 3
-    rounds = [1] * len(base)
 
     def verdict(ours: list[float], floor: float = FLOOR) -> str:
-        return compare_timings(Timing.of(base, rounds), Timing.of(ours, rounds), paired=True, floor=floor).verdict
+        return agreement(ours, base, floor).verdict
 
     assert verdict([b * (1.0 + 0.005 * (-1) ** i) for i, b in enumerate(base)]) == "unchanged"
     assert verdict([b * 1.10 for b in base]) != "unchanged"
